@@ -1,0 +1,59 @@
+# servelab: `make lab` opens the workbook, `make test` passes every test. Both set everything up first.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+PORT ?= 8888
+IP ?= 127.0.0.1
+LAB_ARGS ?= --no-browser
+SUBMISSIONS ?= autograder/submitted
+PYTEST_ARGS ?=
+
+.PHONY: setup lab test release release-if-stale solutions autograde lint bench browser-deps clean
+
+# The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing servelab and its dependencies into $(VENV) (log: $(VENV)/pip.log)"
+	@$(BIN)/python -m pip install -q -e '.[dev]' >$(VENV)/pip.log 2>&1 || { tail -40 $(VENV)/pip.log; exit 1; }
+	@$(BIN)/python -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
+	@touch $@
+
+setup: $(STAMP)
+
+# Headless Chromium for the browser test (Debian's package; Playwright never downloads a browser here).
+browser-deps:
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+release: setup
+	$(BIN)/python -m servelab_autograder.release
+
+release-if-stale: setup
+	@$(BIN)/python -m servelab_autograder.release --if-stale
+
+lab: setup release-if-stale
+	$(BIN)/jupyter lab --notebook-dir=course --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+test: setup browser-deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+solutions: setup
+	$(BIN)/python -m servelab_autograder.execute solutions/*/*.ipynb
+
+autograde: setup
+	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS)
+
+lint: setup
+	$(BIN)/ruff check lib autograder tests scripts
+
+bench: setup
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf $(VENV) autograder/gradebook.db autograder/submitted autograder/autograded autograder/feedback

@@ -1,0 +1,1 @@
+"""servelab: a small, readable LLM-serving stack for the workbook."""
