@@ -3,9 +3,9 @@ prefix caching is off, and the block-hash prefix cache's behaviour when it is on
 
 import random
 
+import lesson_step2 as lesson
 import pytest
 
-import lesson_step2 as lesson
 from servelab.engine import Engine, expected, fake_model
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, needs_new_block
 
