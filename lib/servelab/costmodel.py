@@ -1,0 +1,335 @@
+"""A roofline model of one engine step: how many FLOPs and bytes it costs, and so how long it takes.
+
+A serving step runs the model once over every token scheduled in it: the decode tokens of the running
+sequences (one each) and the prefill chunks of the sequences being admitted. The step is bound by
+whichever resource runs out first:
+
+    step_time = max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) + fixed overhead
+
+FLOPs (a multiply-add counts as 2):
+  * the layer matmuls (q, k, v, o projections and the gated MLP): 2 x their parameters, per token;
+  * the LM head: 2 x vocab x hidden, once per *sequence* in the step, because engines compute logits
+    only at the last position of each sequence (a mid-prompt chunk still computes them, then drops them);
+  * attention: QK^T and AV each cost 2 x heads x head_dim per (query, key) pair per layer. A chunk of c
+    tokens on top of a cached prefix of p tokens has c*p + c*(c+1)/2 pairs (causal); a decode token
+    with a context of L cached tokens has L + 1 (its own key included).
+
+Bytes moved through HBM:
+  * every weight, once per step, whatever the batch: this is what batching amortises;
+  * the KV of every cached token some query attends to: the context of each decoding sequence and the
+    prefix under each prefill chunk, read once per sequence;
+  * the KV of every token computed in the step, written once.
+
+Left out on purpose, so that the numbers stay checkable by hand: activations (small next to weights and
+KV until the step is compute-bound anyway), the input-embedding table being gathered rather than read
+whole (it is counted as read: a ~2-7% overestimate of the weight bytes for the two models here),
+norms' and softmax's FLOPs, re-reads of KV tiles by long prefill chunks, kernel efficiency (a real step
+reaches some fraction of both peaks: derate a GPUSpec with `dataclasses.replace` to model that) and
+communication (one GPU, no tensor parallelism).
+
+A number to check everything else against: LLaMA-2-7B decoding one token at batch 1 on an H100 is
+memory-bound; it reads 13.5 GB of weights at 3.35 TB/s, so about 4 ms per step.
+
+>>> cost = step_cost(LLAMA2_7B, H100_SXM, prefill_tokens=0, decode_context_lens=[0])
+>>> round(cost.memory_s * 1e3, 2), cost.bound
+(4.02, 'memory')
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_STEP_OVERHEAD_S",
+    "GPUSpec",
+    "H100_SXM",
+    "H200",
+    "LLAMA2_7B",
+    "LLAMA3_8B",
+    "ModelSpec",
+    "StepCost",
+    "cost_from_totals",
+    "kv_capacity_tokens",
+    "step_cost",
+    "step_time",
+]
+
+KiB = 1024
+
+# The part of a step the roofline does not see: scheduling, building the input tensors, launching the
+# kernels, sampling, detokenising. An assumption, not a measurement; a round figure for an engine with
+# CUDA graphs. Set it to what your engine's profiler shows between two steps' kernels.
+DEFAULT_STEP_OVERHEAD_S = 0.5e-3
+
+
+def _check_positive(owner: str, **values):
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{owner}.{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer of the LLaMA family: GQA attention, gated (SwiGLU) MLP, RMSNorm.
+
+    `kv_bytes_per_token` is what one token of context costs in the KV cache: a key and a value vector
+    of kv_heads x head_dim elements in every layer. The derived sizes are computed once and cached,
+    since the simulator prices every step with them.
+
+    >>> LLAMA2_7B.kv_bytes_per_token // KiB, LLAMA3_8B.kv_bytes_per_token // KiB
+    (512, 128)
+    >>> LLAMA2_7B.param_count
+    6738415616
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    bytes_per_param: float = 2      # bf16 / fp16 weights
+    bytes_per_kv_element: float = 2  # bf16 / fp16 KV cache; 1 for an fp8 cache
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self):
+        _check_positive(f"ModelSpec({self.name!r})", num_layers=self.num_layers, hidden_size=self.hidden_size,
+                        num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                        intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
+                        bytes_per_param=self.bytes_per_param, bytes_per_kv_element=self.bytes_per_kv_element)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"ModelSpec({self.name!r}): num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads}): each KV head serves a whole group of query heads")
+
+    @cached_property
+    def layer_matmul_params(self) -> int:
+        """Weights of one layer's matmuls: q and o (heads x head_dim wide), k and v (kv_heads x head_dim),
+        and the MLP's gate, up and down projections."""
+        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        attention = self.hidden_size * (2 * q_width + 2 * kv_width)
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return attention + mlp
+
+    @cached_property
+    def matmul_params(self) -> int:
+        """The weights every token goes through: all layers' matmuls (not the embeddings or the LM head)."""
+        return self.num_layers * self.layer_matmul_params
+
+    @cached_property
+    def param_count(self) -> int:
+        norms = (2 * self.num_layers + 1) * self.hidden_size   # two RMSNorms per layer and a final one
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.matmul_params + norms + embeddings
+
+    @cached_property
+    def weight_bytes(self) -> float:
+        return self.param_count * self.bytes_per_param
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.bytes_per_kv_element
+
+
+# Source: the published Hugging Face config of meta-llama/Llama-2-7b-hf (hidden_size 4096,
+# intermediate_size 11008, 32 layers, 32 attention heads, num_key_value_heads 32, vocab_size 32000,
+# untied embeddings), the same shapes as Table 1 of the Llama 2 paper (Touvron et al., 2023).
+# KV per token in fp16: 2 (K and V) x 32 layers x 4096 x 2 bytes = 524,288 B = 512 KiB.
+LLAMA2_7B = ModelSpec("LLaMA-2-7B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, head_dim=128,
+                      intermediate_size=11008, vocab_size=32000)
+
+# Source: the published Hugging Face config of meta-llama/Meta-Llama-3-8B (hidden_size 4096,
+# intermediate_size 14336, 32 layers, 32 attention heads, num_key_value_heads 8, vocab_size 128256,
+# untied embeddings). GQA: 8 KV heads serve 32 query heads, so KV per token is a quarter of LLaMA-2-7B's:
+# 2 x 32 x 8 x 128 x 2 bytes = 131,072 B = 128 KiB.
+LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                      intermediate_size=14336, vocab_size=128256)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Peak dense bf16 tensor-core FLOP/s, HBM bandwidth (bytes/s) and HBM capacity (bytes).
+
+    `ridge_flops_per_byte` is the arithmetic intensity where the two roofs meet: a step doing fewer
+    FLOPs per byte moved than this is memory-bound.
+
+    >>> round(H100_SXM.ridge_flops_per_byte)
+    295
+    """
+
+    name: str
+    peak_flops: float
+    hbm_bandwidth: float
+    memory_bytes: float
+
+    def __post_init__(self):
+        _check_positive(f"GPUSpec({self.name!r})", peak_flops=self.peak_flops, hbm_bandwidth=self.hbm_bandwidth,
+                        memory_bytes=self.memory_bytes)
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        return self.peak_flops / self.hbm_bandwidth
+
+
+# Source: NVIDIA H100 Tensor Core GPU datasheet, SXM column: BF16 Tensor Core 1,979 TFLOPS *with
+# sparsity*, so 989 TFLOPS dense; GPU memory 80 GB HBM3; bandwidth 3.35 TB/s (decimal units throughout).
+H100_SXM = GPUSpec("H100 SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80e9)
+
+# Source: NVIDIA H200 Tensor Core GPU datasheet, SXM column: the same GH100 compute as the H100
+# (BF16 1,979 TFLOPS with sparsity, 989 dense); 141 GB HBM3e at 4.8 TB/s.
+H200 = GPUSpec("H200 SXM", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141e9)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one step costs. `compute_s` and `memory_s` are the two roofline times on the GPU it was
+    priced for; the step takes the larger (`bound` names which), plus the fixed overhead."""
+
+    matmul_flops: float
+    lm_head_flops: float
+    attention_flops: float
+    weight_bytes: float
+    kv_read_bytes: float
+    kv_write_bytes: float
+    compute_s: float
+    memory_s: float
+
+    @property
+    def flops(self) -> float:
+        return self.matmul_flops + self.lm_head_flops + self.attention_flops
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes
+
+    def seconds(self, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+        """The step's duration: the slower roof plus the fixed per-step overhead."""
+        return max(self.compute_s, self.memory_s) + overhead_s
+
+
+def _counts(name: str, values) -> np.ndarray:
+    """A non-negative integer count or a 1-D sequence of them, as an int64 array."""
+    arr = np.atleast_1d(np.asarray(values))
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be an integer or a 1-D sequence of integers, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not (np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0)):
+            raise ValueError(f"{name} must hold whole token counts, got {values!r}")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"{name} must be >= 0 (token counts), got {int(arr.min())}")
+    return arr
+
+
+def step_cost(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_lens=(),
+              prefill_context=0) -> StepCost:
+    """Price one step: prefill chunks plus decoding sequences.
+
+    - `prefill_tokens`: the chunk sizes of the sequences being prefilled this step, one entry per
+      sequence (an int is one chunk; 0 or an empty sequence means no prefill).
+    - `prefill_context`: for each chunk, how many of that sequence's tokens are already in the KV cache
+      (a later chunk of a long prompt, or a prefix-cache hit). An int applies to every chunk.
+    - `decode_context_lens`: for each decoding sequence, the number of tokens in its KV cache; it
+      computes one new token that attends to all of them and to itself.
+
+    Worked example, LLaMA-2-7B: one decode over a 1000-token context reads the weights (13,476,831,232 B),
+    1000 tokens of KV (1000 x 524,288 B) and writes one (524,288 B).
+
+    >>> c = step_cost(LLAMA2_7B, H100_SXM, decode_context_lens=[1000])
+    >>> c.bytes == LLAMA2_7B.weight_bytes + 1001 * 524288
+    True
+    >>> c.attention_flops == 4 * 32 * 32 * 128 * 1001      # 4 x layers x heads x head_dim x keys
+    True
+    """
+    chunks = _counts("prefill_tokens", prefill_tokens)
+    prefix = _counts("prefill_context", prefill_context)
+    contexts = _counts("decode_context_lens", decode_context_lens)
+    if prefix.size == 1 and chunks.size != 1:
+        prefix = np.full(chunks.size, prefix[0], dtype=np.int64)
+    if prefix.size != chunks.size:
+        raise ValueError(f"prefill_context has {prefix.size} entries but prefill_tokens has {chunks.size}: "
+                         f"give one prefix length per chunk, or a single int for all of them")
+    keep = chunks > 0            # a zero-token chunk is no chunk at all
+    chunks, prefix = chunks[keep], prefix[keep]
+    num_tokens = int(chunks.sum()) + contexts.size
+    if num_tokens == 0:
+        raise ValueError("a step must compute at least one token: give prefill_tokens or decode_context_lens")
+    # (query, key) pairs: causal within a chunk, full over the cached prefix; a decode sees L + 1 keys
+    pairs = int((chunks * prefix + chunks * (chunks + 1) // 2).sum()) + int(contexts.sum()) + contexts.size
+    return cost_from_totals(model, gpu, num_tokens=num_tokens, num_seqs=chunks.size + contexts.size,
+                            attention_pairs=pairs, kv_read_tokens=int(prefix.sum()) + int(contexts.sum()))
+
+
+def cost_from_totals(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: int, attention_pairs: int,
+                     kv_read_tokens: int) -> StepCost:
+    """The same model from the four totals `step_cost` reduces its arguments to.
+
+    A step's cost depends on its batch only through: the tokens computed (matmuls, KV written), the
+    sequences (LM-head rows), the (query, key) pairs of attention, and the cached tokens whose KV is
+    read. The simulator computes these four with numpy and calls this directly; no checks here.
+
+    >>> cost_from_totals(LLAMA2_7B, H100_SXM, 1, 1, 1001, 1000) == step_cost(LLAMA2_7B, H100_SXM,
+    ...                                                                       decode_context_lens=[1000])
+    True
+    """
+    matmul_flops = 2.0 * model.matmul_params * num_tokens
+    lm_head_flops = 2.0 * model.vocab_size * model.hidden_size * num_seqs
+    attention_flops = 4.0 * model.num_layers * model.num_heads * model.head_dim * attention_pairs  # QK^T, AV
+    kv_read = kv_read_tokens * model.kv_bytes_per_token
+    kv_write = num_tokens * model.kv_bytes_per_token
+    flops = matmul_flops + lm_head_flops + attention_flops
+    nbytes = model.weight_bytes + kv_read + kv_write
+    return StepCost(matmul_flops=matmul_flops, lm_head_flops=lm_head_flops, attention_flops=attention_flops,
+                    weight_bytes=model.weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
+                    compute_s=flops / gpu.peak_flops, memory_s=nbytes / gpu.hbm_bandwidth)
+
+
+def _check_overhead(overhead_s) -> float:
+    if not isinstance(overhead_s, numbers.Real) or not overhead_s >= 0:
+        raise ValueError(f"overhead_s must be a number >= 0 (seconds per step), got {overhead_s!r}")
+    return float(overhead_s)
+
+
+def step_time(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_lens=(), prefill_context=0,
+              overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Seconds for one step: max(compute time, memory time) + `overhead_s` (see DEFAULT_STEP_OVERHEAD_S).
+
+    Arguments as `step_cost`. A 4096-token prefill of LLaMA-2-7B is compute-bound: 53.1 TFLOPs of
+    matmuls (2 x 6.48e9 x 4096) and 4.4 of attention at 989 TFLOP/s is 58.1 ms, plus 0.5 ms overhead.
+
+    >>> round(step_time(LLAMA2_7B, H100_SXM, prefill_tokens=4096) * 1e3, 1)
+    58.6
+    """
+    overhead_s = _check_overhead(overhead_s)
+    return step_cost(model, gpu, prefill_tokens, decode_context_lens, prefill_context).seconds(overhead_s)
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 0.9) -> int:
+    """How many tokens of KV fit next to the weights in `memory_fraction` of the GPU's memory.
+
+    The fraction leaves room for activations, the CUDA context and fragmentation (vLLM's
+    `gpu_memory_utilization` defaults to 0.9 for the same reason).
+
+    >>> kv_capacity_tokens(LLAMA2_7B, H100_SXM)       # (72e9 - 13.48e9) / 512 KiB
+    111624
+    """
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
+    free = gpu.memory_bytes * memory_fraction - model.weight_bytes
+    if free < model.kv_bytes_per_token:
+        raise ValueError(f"{model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room for KV in "
+                         f"{memory_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB")
+    return int(free // model.kv_bytes_per_token)

@@ -1,0 +1,144 @@
+"""The roofline step model: published model sizes, hand-derived step times on a toy model, input checks."""
+
+import dataclasses
+
+import pytest
+
+from servelab.costmodel import (
+    DEFAULT_STEP_OVERHEAD_S,
+    H100_SXM,
+    H200,
+    LLAMA2_7B,
+    LLAMA3_8B,
+    GPUSpec,
+    ModelSpec,
+    cost_from_totals,
+    kv_capacity_tokens,
+    step_cost,
+    step_time,
+)
+
+
+def test_llama2_7b_kv_is_512_kib_per_token():
+    # 2 (K and V) x 32 layers x 4096 (32 heads x 128) x 2 bytes (fp16)
+    assert LLAMA2_7B.kv_bytes_per_token == 2 * 32 * 4096 * 2 == 512 * 1024
+
+
+def test_llama3_8b_gqa_kv_is_128_kib_per_token():
+    # 8 KV heads instead of 32: a quarter of the 7B's KV
+    assert LLAMA3_8B.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 128 * 1024
+
+
+def test_parameter_counts_match_the_published_sizes():
+    # the exact counts of the released checkpoints ("6.74B" and "8.03B")
+    assert LLAMA2_7B.param_count == 6_738_415_616
+    assert LLAMA3_8B.param_count == 8_030_261_248
+    assert LLAMA2_7B.weight_bytes == 2 * 6_738_415_616
+
+
+def test_gpu_figures():
+    assert H100_SXM.peak_flops == 989e12 and H100_SXM.hbm_bandwidth == 3.35e12 and H100_SXM.memory_bytes == 80e9
+    assert H200.peak_flops == 989e12 and H200.hbm_bandwidth == 4.8e12 and H200.memory_bytes == 141e9
+    assert H100_SXM.ridge_flops_per_byte == pytest.approx(295.2, abs=0.1)
+
+
+# A toy model small enough to price by hand:
+#   per layer: q and o are 8x8 (64 each), k and v are 8x4 (32 each) -> 192; MLP 3 x 8 x 16 = 384; total 576
+#   matmul params: 2 layers x 576 = 1152
+#   all params: 1152 + norms (2 x 2 + 1) x 8 = 40 + embedding and LM head 2 x 10 x 8 = 160 -> 1352
+#   weight bytes: 2704; KV per token: 2 x 2 layers x 1 KV head x 4 x 2 bytes = 32
+TOY = ModelSpec("toy", num_layers=2, hidden_size=8, num_heads=2, num_kv_heads=1, head_dim=4,
+                intermediate_size=16, vocab_size=10)
+TOY_GPU = GPUSpec("toy", peak_flops=1e6, hbm_bandwidth=1e4, memory_bytes=1e5)
+
+
+def test_toy_model_sizes():
+    assert TOY.matmul_params == 1152
+    assert TOY.param_count == 1352
+    assert TOY.weight_bytes == 2704
+    assert TOY.kv_bytes_per_token == 32
+
+
+def test_toy_decode_step_is_memory_bound():
+    # one decode over 10 cached tokens: 1 token, 1 sequence, 11 (query, key) pairs, 10 tokens of KV read
+    flops = 2 * 1152 * 1 + 2 * 10 * 8 * 1 + 4 * 2 * 2 * 4 * 11     # matmuls + LM head + attention = 3168
+    nbytes = 2704 + 10 * 32 + 1 * 32                                # weights + KV read + KV written = 3056
+    cost = step_cost(TOY, TOY_GPU, decode_context_lens=[10])
+    assert cost.flops == flops == 3168
+    assert cost.bytes == nbytes == 3056
+    assert cost.bound == "memory"
+    # 3056 B / 1e4 B/s = 0.3056 s beats 3168 / 1e6 = 0.003168 s
+    assert step_time(TOY, TOY_GPU, decode_context_lens=[10], overhead_s=0.01) == pytest.approx(0.3056 + 0.01)
+
+
+def test_toy_prefill_chunk_on_a_prefix_is_compute_bound():
+    # 100 new tokens on a cached prefix of 20: pairs = 100 x 20 + 100 x 101 / 2 = 7050
+    flops = 2 * 1152 * 100 + 2 * 10 * 8 * 1 + 4 * 2 * 2 * 4 * 7050  # 230400 + 160 + 451200 = 681760
+    nbytes = 2704 + 20 * 32 + 100 * 32                              # 6544
+    cost = step_cost(TOY, TOY_GPU, prefill_tokens=100, prefill_context=20)
+    assert (cost.flops, cost.bytes) == (flops, nbytes)
+    assert cost.bound == "compute"
+    # 0.68176 s of compute against 0.6544 s of memory traffic
+    assert step_time(TOY, TOY_GPU, prefill_tokens=100, prefill_context=20, overhead_s=0) == pytest.approx(0.68176)
+
+
+def test_toy_mixed_step_adds_up():
+    # two decodes (contexts 5 and 7) and chunks of 3 (prefix 0) and 4 (prefix 2) in one step
+    tokens, seqs = 2 + 7, 4
+    pairs = (5 + 1) + (7 + 1) + (3 * 0 + 3 * 4 // 2) + (4 * 2 + 4 * 5 // 2)  # 6 + 8 + 6 + 18 = 38
+    kv_read = 5 + 7 + 0 + 2
+    cost = step_cost(TOY, TOY_GPU, prefill_tokens=[3, 4], prefill_context=[0, 2], decode_context_lens=[5, 7])
+    assert cost.flops == 2 * 1152 * tokens + 2 * 10 * 8 * seqs + 64 * pairs
+    assert cost.bytes == 2704 + 32 * (kv_read + tokens)
+    assert cost == cost_from_totals(TOY, TOY_GPU, tokens, seqs, pairs, kv_read)
+
+
+def test_weights_are_read_once_whatever_the_batch():
+    one = step_cost(LLAMA2_7B, H100_SXM, decode_context_lens=[0])
+    many = step_cost(LLAMA2_7B, H100_SXM, decode_context_lens=[0] * 64)
+    assert many.weight_bytes == one.weight_bytes == LLAMA2_7B.weight_bytes
+    assert many.kv_write_bytes == 64 * one.kv_write_bytes
+    # batch-1 decode: 13.48 GB / 3.35 TB/s, about 4 ms
+    assert step_time(LLAMA2_7B, H100_SXM, decode_context_lens=[0], overhead_s=0) == pytest.approx(4.0e-3, rel=0.01)
+
+
+def test_default_overhead_is_added():
+    cost = step_cost(TOY, TOY_GPU, decode_context_lens=[10])
+    assert step_time(TOY, TOY_GPU, decode_context_lens=[10]) == cost.memory_s + DEFAULT_STEP_OVERHEAD_S
+
+
+def test_kv_capacity_from_memory():
+    # (0.9 x 80e9 - 13,476,831,232) / 524,288 = 111,624.5...
+    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM) == 111_624
+    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM, memory_fraction=1.0) == int((80e9 - 13_476_831_232) // 524_288)
+    with pytest.raises(ValueError, match="leaves no room for KV"):
+        kv_capacity_tokens(LLAMA2_7B, dataclasses.replace(H100_SXM, memory_bytes=10e9))
+    with pytest.raises(ValueError, match=r"memory_fraction must be in \(0, 1\]"):
+        kv_capacity_tokens(LLAMA2_7B, H100_SXM, memory_fraction=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(prefill_tokens=-1), r"prefill_tokens must be >= 0 \(token counts\), got -1"),
+    (dict(decode_context_lens=[3, -2]), r"decode_context_lens must be >= 0 \(token counts\), got -2"),
+    (dict(prefill_tokens=[4], prefill_context=[-5]), r"prefill_context must be >= 0"),
+    (dict(prefill_tokens=[4, 4], prefill_context=[1, 2, 3]), "prefill_context has 3 entries but prefill_tokens has 2"),
+    (dict(prefill_tokens=2.5), "prefill_tokens must hold whole token counts"),
+    (dict(), "a step must compute at least one token"),
+])
+def test_step_cost_rejects_bad_counts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        step_cost(TOY, TOY_GPU, **kwargs)
+
+
+def test_step_time_rejects_negative_overhead():
+    with pytest.raises(ValueError, match="overhead_s must be a number >= 0"):
+        step_time(TOY, TOY_GPU, prefill_tokens=1, overhead_s=-1e-3)
+
+
+def test_specs_reject_bad_shapes():
+    with pytest.raises(ValueError, match=r"num_heads \(6\) must be a multiple of num_kv_heads \(4\)"):
+        dataclasses.replace(TOY, num_heads=6, num_kv_heads=4)
+    with pytest.raises(ValueError, match=r"ModelSpec\('toy'\).num_layers must be > 0, got 0"):
+        dataclasses.replace(TOY, num_layers=0)
+    with pytest.raises(ValueError, match=r"GPUSpec\('toy'\).hbm_bandwidth must be > 0, got -1"):
+        dataclasses.replace(TOY_GPU, hbm_bandwidth=-1)
