@@ -116,8 +116,9 @@ def plot_free_blocks(trace, num_blocks, ax=None):
                         textcoords="offset points", ha="center", fontsize=8, color="#d62728")
     n_pre = sum(len(r.preempted) for r in records)
     n_prefill = sum(r.is_prefill for r in records)
-    ax.set_title(f"free KV blocks: {len(records)} steps, {n_prefill} prefill, {n_pre} preemptions",
-                 fontsize=10, loc="left")
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
+    ax.set_title(f"free KV blocks: {plural(len(records), 'step')} ({n_prefill} prefill), "
+                 f"{plural(n_pre, 'preemption')}", fontsize=10, loc="left")
     ax.set_xlabel("step (one schedule() call)")
     ax.set_ylabel("free blocks")
     ax.set_ylim(-0.3, top)

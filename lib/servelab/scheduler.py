@@ -249,7 +249,9 @@ class BlockManager:
         if not self.enable_prefix_caching:
             num_cached_blocks = 0
         cached = list(self._cached_prefix(seq))[:num_cached_blocks] if num_cached_blocks else []
-        assert len(cached) == num_cached_blocks, "allocate() must follow a successful can_allocate()"
+        if len(cached) != num_cached_blocks:
+            raise ValueError(f"{seq.name}: only {len(cached)} leading blocks are cached, not {num_cached_blocks}; "
+                             f"call allocate() with what can_allocate() returned")
         for block_id, in_use in cached:
             block = self.blocks[block_id]
             if in_use:
@@ -369,7 +371,8 @@ class Scheduler:
                 seq.is_prefill = False
                 self.block_manager.may_append(seq)
                 scheduled.append(seq)
-        assert scheduled, "nothing could be scheduled: the requests do not fit in the KV cache"
+        if not scheduled:  # an explicit raise, not an assert: python -O must not turn this into a hang
+            raise RuntimeError("nothing could be scheduled: the requests do not fit in the KV cache")
         self.running.extendleft(reversed(scheduled))
         return scheduled, False
 
