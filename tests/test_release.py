@@ -1,0 +1,154 @@
+"""The learner notebooks in course/ are exactly what nbgrader makes from solutions/, and leak nothing.
+
+- every chapter in solutions/ has its release in course/;
+- `python -m servelab_autograder.release --check` (a fresh `nbgrader generate_assignment` into a
+  temporary folder, compared as JSON) finds course/ up to date; a learner's answers in course/ are
+  tolerated as long as the committed notebook is current;
+- no nbgrader marker and no line of any solution region or hidden-test block reaches course/ (and the
+  scanner does catch a planted leak);
+- nbgrader's Validator passes every graded cell of each solutions notebook, and (inverted) passes none
+  of the release's. `nbgrader validate` itself exits 0 even on failure, so the API is used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from servelab_autograder import release
+
+ROOT = release.repo_root()
+CHAPTERS = release.chapters(ROOT)
+
+
+def _env():
+    return release.venv_path_env()
+
+
+@pytest.fixture(scope="session")
+def fresh(tmp_path_factory):
+    """Every chapter built now by `nbgrader generate_assignment` (no gradebook), in a temp folder."""
+    dest = tmp_path_factory.mktemp("fresh-release")
+    failed = release.build_all(ROOT, CHAPTERS, dest)
+    assert not failed, failed
+    return dest
+
+
+def _pristine(assignment, fresh) -> bool:
+    """course/<a> is byte-for-byte (as JSON) the fresh build, i.e. holds no learner answers."""
+    course = release.release_notebook(ROOT, assignment)
+    return course.is_file() and release.normalized(course) == \
+        release.normalized(release.release_notebook(ROOT, assignment, fresh))
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, f"no chapters under {ROOT / 'solutions'}"
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_every_chapter_has_a_release(assignment):
+    path = release.release_notebook(ROOT, assignment)
+    assert path.is_file(), f"{path} is missing: run `make release`"
+
+
+def test_course_is_what_generate_assignment_makes():
+    proc = subprocess.run([sys.executable, "-m", "servelab_autograder.release", "--check"], cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"course/ is stale or leaks (run `make release`):\n{proc.stdout}{proc.stderr}"
+
+
+def test_no_solution_or_hidden_test_text_in_course(fresh):
+    # what generate_assignment makes now, and what sits in course/ (unless it holds a learner's answers)
+    leaks = release.find_leaks(ROOT, CHAPTERS, release_dir=fresh)
+    leaks += release.find_leaks(ROOT, [a for a in CHAPTERS if _pristine(a, fresh)])
+    assert not leaks, "the release gives away solutions or hidden tests:\n" + "\n".join(leaks[:30])
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_solution_regions_hold_secrets(assignment):
+    """The leak scan is only meaningful if it has something to look for."""
+    assert release.secret_lines(release.source_notebook(ROOT, assignment)), \
+        f"{assignment}: no solution or hidden-test lines found"
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_leak_scanner_catches_a_planted_leak(assignment, fresh, tmp_path):
+    built = release.release_notebook(ROOT, assignment, fresh)
+    secret = sorted(release.secret_lines(release.source_notebook(ROOT, assignment)), key=len)[-1]
+    folder = tmp_path / assignment
+    shutil.copytree(built.parent, folder)
+    nb = json.loads((folder / built.name).read_text(encoding="utf-8"))
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code["source"] = "".join(code["source"]) + "\n    " + secret + "\n### BEGIN HIDDEN TESTS\n"
+    (folder / built.name).write_text(json.dumps(nb), encoding="utf-8")
+    (folder / "notes.txt").write_text(f"{secret}\n", encoding="utf-8")
+    leaks = release.find_leaks(ROOT, [assignment], release_dir=tmp_path)
+    assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
+    assert sum(repr(secret) in leak for leak in leaks) == 2, leaks
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_learner_answers_are_not_a_stale_release(assignment, fresh, tmp_path):
+    """A learner working in course/ (answers, outputs, scratch cells) does not make --check fail, but
+    any change to what the release itself contains does."""
+    built = release.release_notebook(ROOT, assignment, fresh)
+    nb = json.loads(built.read_text(encoding="utf-8"))
+    mine = tmp_path / "mine.ipynb"
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution"):
+            cell["source"] = "def my_answer():\n    return 42\n"
+        if cell["cell_type"] == "code":
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hi\n"}]
+            cell["execution_count"] = 3
+    scratch = {"cell_type": "code", "id": "my-scratch", "metadata": {}, "source": "1 + 1",
+               "outputs": [], "execution_count": None}
+    nb["cells"].insert(1, scratch)
+    mine.write_text(json.dumps(nb), encoding="utf-8")
+    assert release.learner_edits_only(built, mine)
+    test_cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    test_cell["source"] = "pass\n"
+    mine.write_text(json.dumps(nb), encoding="utf-8")
+    assert not release.learner_edits_only(built, mine)
+
+
+def _validator(invert: bool):
+    from nbgrader.validator import Validator
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    config.Validator.invert = invert
+    return Validator(config=config)
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_validator_passes_the_solutions(assignment):
+    result = _validator(invert=False).validate(str(release.source_notebook(ROOT, assignment)))
+    problems = {k: v for k, v in result.items() if v}
+    detail = "\n".join(f"{k}: {item.get('raw_error') or item.get('source', '')[:300]}"
+                       for k, items in problems.items() for item in items)
+    assert not problems, f"{assignment}: the solutions notebook fails nbgrader validation:\n{detail}"
+
+
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_validator_fails_the_release(assignment, fresh):
+    path = release.release_notebook(ROOT, assignment)
+    if not _pristine(assignment, fresh):  # missing (test above fails) or holds a learner's answers
+        path = release.release_notebook(ROOT, assignment, fresh)
+    result = _validator(invert=True).validate(str(path))
+    assert not result.get("changed"), f"{assignment}: release checksums do not match its locked cells"
+    passing = [item["source"].splitlines()[0] if item["source"] else "" for item in result.get("passed", [])]
+    assert not passing, f"{assignment}: these test cells pass on the unsolved release: {passing}"
+
+
+def test_release_is_byte_stable(fresh, tmp_path):
+    """generate_assignment gives the same bytes twice, so --check needs no normalisation beyond JSON."""
+    for a in CHAPTERS:
+        run = release.generate(ROOT, a, release_dir=tmp_path, db=False)
+        assert run.returncode == 0, release.last_error(run.output)
+        again = release.release_notebook(ROOT, a, tmp_path).read_bytes()
+        assert again == release.release_notebook(ROOT, a, fresh).read_bytes(), a
