@@ -411,6 +411,7 @@ class Grader:
         self.env = release.venv_path_env()
         self.staging = Path(tempfile.mkdtemp(prefix="servelab-grade-"))
         self.chapters: dict[str, Chapter] = {}
+        self.every_chapter: dict[str, Chapter] = {}   # all of solutions/, to recognise a foreign notebook
         self.results: list[Outcome] = []
         self.total = 0
 
@@ -482,6 +483,11 @@ class Grader:
         needed = sorted({a for _, a, _ in found if a in known})
         start = time.monotonic()
         self.register(needed)
+        # a notebook is recognised among ALL chapters, not only those graded in this run
+        self.every_chapter = dict(self.chapters)
+        for a in known:
+            if a not in self.every_chapter:
+                self.every_chapter[a] = Chapter.from_release(a, self.release.source_notebook(self.root, a))
         self.say(f"registered {', '.join(needed) or 'no chapters'} in {self.db_url[len('sqlite:///'):]} "
                  f"({time.monotonic() - start:.1f} s); grading {len(found)} submission(s), per-cell limit "
                  f"{self.per_cell} s, notebook limit {self.notebook_timeout:g} s, {self.jobs} at a time")
@@ -529,7 +535,7 @@ class Grader:
                            + (f" (found {', '.join(others)})" if others else ""))
         try:
             nb = load_submission(path)
-            identify(nb, assignment, self.chapters)
+            identify(nb, assignment, self.every_chapter or self.chapters)
             notes = repair(nb, chapter)
         except Rejected as rej:
             return Outcome(student, assignment, 0.0, top, rej.status, rej.message)
