@@ -1,0 +1,366 @@
+"""Time the kernels on a GPU against a copy kernel's bandwidth and torch's SDPA, and write the table.
+
+    python -m servelab.kernels.bench                  # on a CUDA GPU; writes bench/kernels_results.md
+    python -m servelab.kernels.bench --sweep          # also a few tile / warp / stage / split settings
+    python -m servelab.kernels.bench --smoke          # tiny shapes on the CPU (interpreter): checks the script
+
+One run measures, in order:
+1. copy bandwidth: torch's ``dst.copy_(src)`` and a Triton streaming copy on a buffer ten times the L2,
+   counting bytes read plus bytes written; the faster of the two is the denominator below;
+2. each configuration (bf16, 32 query / 8 KV heads, head_dim 128, block 16): the kernel's time (median of
+   ``triton.testing.do_bench``, which clears the L2 before every repetition), its effective bandwidth
+   (bytes of K/V, queries and outputs that must move, over time) as a fraction of the copy bandwidth, and
+   beside it torch's SDPA on the same K/V made contiguous (gathering excluded), and gather-then-SDPA
+   (gathering included). Prefill rows also give TFLOP/s (causal FLOPs only);
+3. the output against the float64 reference, once per configuration.
+
+Caches hold at least ten times the L2 size, and each sequence's blocks are distinct block ids taken from a
+random permutation of the whole cache, so consecutive blocks are not neighbours in memory and a block is
+never re-read from L2 by a second sequence.
+
+Goals (from the issue): >= 0.85 of copy bandwidth on the 64 x 4K decode; >= 0.80 on 4 x 32K with split-KV,
+and faster than SDPA on contiguous K/V there. A missed goal is reported, not an error; a wrong output
+is an error (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from servelab.kernels.decode import plan_paged_decode
+from servelab.kernels.launch import run_all
+from servelab.kernels.prefill import plan_prefill_attention
+from servelab.kernels.reference import ref_paged_decode, ref_prefill_attention
+from servelab.kernels.split_kv import choose_num_splits, plan_split_kv_decode
+
+REPO = Path(__file__).resolve().parents[3]
+RESULTS = REPO / "bench" / "kernels_results.md"
+BF16_TOLERANCE = 1.6e-2
+
+
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+@dataclass
+class Case:
+    """One benchmark configuration: decode (q_lens None) or prefill chunks (q_lens per sequence)."""
+
+    name: str
+    seq_lens: list[int]
+    q_lens: list[int] | None = None
+    kernel: str = "paged_decode"        # paged_decode | split_kv_decode | prefill_attention
+    num_splits: int | None = None       # split_kv_decode: None -> choose_num_splits
+    goal: float | None = None           # fraction of copy bandwidth
+    beat_sdpa: bool = False
+    tuning: dict = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    case: str
+    kernel: str
+    us: float = math.nan
+    bytes: int = 0
+    tflops: float = math.nan
+    sdpa_us: float = math.nan
+    gather_sdpa_us: float = math.nan
+    max_err: float = math.nan
+    correct: bool = True
+    note: str = ""
+
+
+def full_cases(num_q_heads=32, num_kv_heads=8) -> list[Case]:
+    gen = torch.Generator().manual_seed(0)
+    mixed = torch.randint(512, 8193, (128,), generator=gen).tolist()
+    return [
+        Case("decode 64 x 4K", [4096] * 64, goal=0.85),
+        Case("decode 4 x 32K, split-KV", [32768] * 4, kernel="split_kv_decode", goal=0.80, beat_sdpa=True),
+        Case("decode 4 x 32K, no split", [32768] * 4),
+        Case("decode 128 x U[512, 8K]", mixed, kernel="paged_decode"),
+        Case("decode 1 x 2K (latency)", [2048], kernel="split_kv_decode"),
+        Case("chunked prefill 8 x 512 on 4K prefix", [4096 + 512] * 8, q_lens=[512] * 8, kernel="prefill_attention"),
+    ]
+
+
+def smoke_cases() -> list[Case]:
+    return [
+        Case("smoke decode 4 x 80", [80] * 4, goal=0.85),
+        Case("smoke split 2 x 300", [300] * 2, kernel="split_kv_decode", num_splits=3, beat_sdpa=True, goal=0.8),
+        Case("smoke mixed decode", [17, 64, 5], kernel="paged_decode"),
+        Case("smoke prefill 2 x 24 on 40", [64, 64], q_lens=[24, 24], kernel="prefill_attention"),
+    ]
+
+
+def timer(device: str):
+    """Median microseconds of ``fn()``: do_bench on a GPU, a wall clock in the interpreter (smoke only)."""
+    if device == "cuda":
+        return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+
+    def wall(fn):
+        fn()
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e6
+    return wall
+
+
+def copy_bandwidth(device: str, nbytes: int, time_us) -> dict[str, float]:
+    """Bytes read + written per second by torch's copy_ and by ``copy_kernel`` on ``nbytes`` of bf16."""
+    src = torch.randn(nbytes // 2, device=device).to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    block = 8192
+    grid = (triton.cdiv(src.numel(), block),)
+    torch_us = time_us(lambda: dst.copy_(src))
+    triton_us = time_us(lambda: copy_kernel[grid](src, dst, src.numel(), BLOCK=block, num_warps=8))
+    moved = 2 * src.numel() * src.element_size()
+    return {"torch copy_": moved / torch_us * 1e6, "triton copy": moved / triton_us * 1e6}
+
+
+def paged_inputs(case: Case, *, num_q_heads, num_kv_heads, head_dim, block_size, dtype, device, min_cache_bytes,
+                 seed=0):
+    """Caches of at least ``min_cache_bytes`` (K and V together) and a block table of shuffled distinct ids."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    blocks_needed = [-(-n // block_size) for n in case.seq_lens]
+    block_bytes = 2 * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+    num_blocks = max(sum(blocks_needed), -(-min_cache_bytes // block_bytes))
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.randn(shape, device=device, dtype=dtype)
+    v_cache = torch.randn(shape, device=device, dtype=dtype)
+    ids = torch.randperm(num_blocks, generator=gen)[:sum(blocks_needed)].to(torch.int32)
+    block_tables = torch.zeros(len(case.seq_lens), max(blocks_needed), dtype=torch.int32)
+    for s, chunk in enumerate(ids.split(blocks_needed)):
+        block_tables[s, :len(chunk)] = chunk
+    seq_lens = torch.tensor(case.seq_lens, dtype=torch.int32)
+    num_q = sum(case.q_lens) if case.q_lens else len(case.seq_lens)
+    q = torch.randn(num_q, num_q_heads, head_dim, generator=gen).to(dtype)
+    return q.to(device), k_cache, v_cache, block_tables.to(device), seq_lens.to(device)
+
+
+def plan(case: Case, q, k_cache, v_cache, block_tables, seq_lens, cu=None, **tuning):
+    if case.kernel == "paged_decode":
+        return plan_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, check_indices=False, **tuning)
+    if case.kernel == "split_kv_decode":
+        num_splits = tuning.pop("num_splits", case.num_splits)
+        if num_splits is None:
+            num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+                       if q.device.type == "cuda" else 132)
+            num_splits = choose_num_splits(len(case.seq_lens), k_cache.shape[2], max(case.seq_lens), num_sms)
+        out, launches = plan_split_kv_decode(q, k_cache, v_cache, block_tables, seq_lens, num_splits=num_splits,
+                                             check_indices=False, **tuning)
+        return out, launches
+    return plan_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, cu, check_indices=False, **tuning)
+
+
+def sdpa_baselines(case: Case, q, k_cache, v_cache, block_tables, time_us) -> tuple[float, float, str]:
+    """(SDPA on contiguous K/V, gather then SDPA) in microseconds; NaN with a note when not comparable."""
+    if len(set(case.seq_lens)) > 1:
+        return math.nan, math.nan, "SDPA: n/a for mixed lengths (a padding mask turns off its fused kernels)"
+    num_seqs, seq_len = len(case.seq_lens), case.seq_lens[0]
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    table = block_tables.long()
+
+    def gather(cache):  # [num_seqs, num_kv_heads, seq_len, head_dim]
+        return cache[table].reshape(num_seqs, -1, num_kv_heads, head_dim)[:, :seq_len].transpose(1, 2)
+
+    if case.q_lens is None:
+        q4 = q[:, :, None, :]              # [num_seqs, num_q_heads, 1, head_dim]
+        mask = None
+    else:
+        q_len = case.q_lens[0]
+        q4 = q.view(num_seqs, q_len, q.shape[1], head_dim).transpose(1, 2)
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(q_len, seq_len)
+    k, v = gather(k_cache).contiguous(), gather(v_cache).contiguous()
+    note = ""
+    try:
+        contiguous_us = time_us(lambda: F.scaled_dot_product_attention(q4, k, v, attn_mask=mask, enable_gqa=True))
+        gathered_us = time_us(lambda: F.scaled_dot_product_attention(q4, gather(k_cache), gather(v_cache),
+                                                                     attn_mask=mask, enable_gqa=True))
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        # some SDPA paths lack GQA with a mask: repeat the KV heads (4x the K/V bytes for SDPA)
+        group = q.shape[1] // num_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        note = f"SDPA with KV heads repeated ({type(e).__name__} with enable_gqa)"
+        contiguous_us = time_us(lambda: F.scaled_dot_product_attention(q4, k, v, attn_mask=mask))
+        gathered_us = time_us(lambda: F.scaled_dot_product_attention(
+            q4, gather(k_cache).repeat_interleave(group, 1), gather(v_cache).repeat_interleave(group, 1),
+            attn_mask=mask))
+    return contiguous_us, gathered_us, note
+
+
+def bytes_moved(case: Case, q, k_cache) -> int:
+    """K/V of every sequence's tokens once, the queries, the outputs and the block table."""
+    _, _, num_kv_heads, head_dim = k_cache.shape
+    kv = 2 * sum(case.seq_lens) * num_kv_heads * head_dim * k_cache.element_size()
+    return kv + 2 * q.numel() * q.element_size() + sum(-(-n // k_cache.shape[1]) for n in case.seq_lens) * 4
+
+
+def causal_flops(case: Case, num_q_heads: int, head_dim: int) -> int:
+    """4 * heads * head_dim per visible (query, key) pair: QK^T and PV, a multiply-add each."""
+    pairs = 0
+    for seq_len, q_len in zip(case.seq_lens, case.q_lens or [1] * len(case.seq_lens)):
+        ctx = seq_len - q_len
+        pairs += q_len * ctx + q_len * (q_len + 1) // 2
+    return 4 * num_q_heads * head_dim * pairs
+
+
+def run_case(case: Case, *, device, time_us, min_cache_bytes, baselines=True, check=True, **shape) -> Row:
+    q, k_cache, v_cache, block_tables, seq_lens = paged_inputs(case, device=device, min_cache_bytes=min_cache_bytes,
+                                                               **shape)
+    cu = None
+    if case.q_lens is not None:
+        cu = torch.tensor([0] + case.q_lens, device=device).cumsum(0).to(torch.int32)
+    out, launches = plan(case, q, k_cache, v_cache, block_tables, seq_lens, cu, **case.tuning)
+    row = Row(case.name, case.kernel + (f" ({launches[0].grid[2]} splits)" if case.kernel == "split_kv_decode"
+                                        else ""))
+    run_all(launches)
+    if check:
+        if case.q_lens is None:
+            ref = ref_paged_decode(q, k_cache, v_cache, block_tables, seq_lens)
+        else:
+            ref = ref_prefill_attention(q, k_cache, v_cache, block_tables, seq_lens, cu)
+        err = (out.double() - ref).abs()
+        row.max_err = err.max().item()
+        row.correct = bool(torch.isfinite(out).all()) and bool((err <= BF16_TOLERANCE * (1 + ref.abs())).all())
+        del ref, err
+    row.us = time_us(lambda: run_all(launches))
+    row.bytes = bytes_moved(case, q, k_cache)
+    row.tflops = causal_flops(case, q.shape[1], q.shape[2]) / row.us / 1e6
+    if baselines:
+        row.sdpa_us, row.gather_sdpa_us, row.note = sdpa_baselines(case, q, k_cache, v_cache, block_tables, time_us)
+    return row
+
+
+def sweep_rows(cases, *, device, time_us, min_cache_bytes, **shape) -> list[Row]:
+    """A few settings around the defaults, for the cases with goals (no baselines, no reference check)."""
+    rows = []
+    settings = [dict(tile=t, num_warps=w, num_stages=s) for t in (32, 64, 128) for w in (4, 8) for s in (2, 3)]
+    for case in [c for c in cases if c.goal is not None]:
+        extra = [dict(num_splits=n) for n in (8, 16, 32, 64)] if case.kernel == "split_kv_decode" else []
+        for tuning in settings + extra:
+            variant = Case(case.name, case.seq_lens, case.q_lens, case.kernel, case.num_splits, tuning=tuning)
+            try:
+                row = run_case(variant, device=device, time_us=time_us, min_cache_bytes=min_cache_bytes,
+                               baselines=False, check=False, **shape)
+            except Exception as e:  # e.g. out of shared memory for a large tile: a result, not a crash
+                row = Row(case.name, case.kernel, note=f"{type(e).__name__}: {str(e).splitlines()[0][:80]}")
+            row.note = (", ".join(f"{k}={v}" for k, v in tuning.items()) + (" " + row.note if row.note else ""))
+            rows.append(row)
+            torch.cuda.empty_cache() if device == "cuda" else None
+    return rows
+
+
+def fmt(x, spec):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def render(rows, sweep, copy_bw, cases, header) -> str:
+    denominator = max(copy_bw.values())
+    goals = {c.name: c for c in cases}
+    lines = [*header, "",
+             "| copy | GB/s |", "|---|---|",
+             *[f"| {name} | {bw / 1e9:.0f} |" for name, bw in copy_bw.items()], "",
+             f"Fractions below are of {denominator / 1e9:.0f} GB/s (the faster copy).", "",
+             "| configuration | kernel | µs | GB/s | of copy | TFLOP/s | SDPA contiguous µs | gather+SDPA µs "
+             "| max abs err | goal |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        bw = r.bytes / r.us * 1e6
+        case = goals.get(r.case)
+        verdict = ""
+        if case is not None and case.goal is not None:
+            met = bw / denominator >= case.goal and (not case.beat_sdpa or r.us < r.sdpa_us)
+            verdict = (f">= {case.goal:.2f}" + (", < SDPA" if case.beat_sdpa else "")
+                       + (": met" if met else ": MISSED"))
+        if not r.correct:
+            verdict = "WRONG OUTPUT " + verdict
+        lines.append(f"| {r.case} | {r.kernel} | {fmt(r.us, '.1f')} | {fmt(bw / 1e9, '.0f')} | "
+                     f"{fmt(bw / denominator, '.2f')} | {fmt(r.tflops, '.1f')} | {fmt(r.sdpa_us, '.1f')} | "
+                     f"{fmt(r.gather_sdpa_us, '.1f')} | {fmt(r.max_err, '.1e')} | {verdict} |")
+    notes = [f"- {r.case}: {r.note}" for r in rows if r.note]
+    if notes:
+        lines += ["", *notes]
+    if sweep:
+        lines += ["", "Sweep (no baselines):", "", "| configuration | setting | µs | of copy |", "|---|---|---|---|"]
+        for r in sweep:
+            bw = r.bytes / r.us * 1e6 if r.bytes else math.nan
+            lines.append(f"| {r.case} | {r.note} | {fmt(r.us, '.1f')} | {fmt(bw / denominator, '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help=f"results file (default {RESULTS})")
+    parser.add_argument("--sweep", action="store_true", help="also a few tile / warp / stage / split settings")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU in the interpreter")
+    args = parser.parse_args(argv)
+
+    if args.smoke:
+        device, cases = "cpu", smoke_cases()
+        shape = dict(num_q_heads=8, num_kv_heads=2, head_dim=64, block_size=16, dtype=torch.float16)
+        min_cache_bytes = 1 << 20
+        out_path = args.out or REPO / "bench" / "out" / "kernels_smoke.md"
+    else:
+        if not torch.cuda.is_available():
+            print("servelab.kernels.bench needs a CUDA GPU; nothing measured, nothing written. "
+                  "(--smoke runs tiny shapes on the CPU to check the script.)")
+            return 2
+        device, cases = "cuda", full_cases()
+        shape = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, block_size=16, dtype=torch.bfloat16)
+        min_cache_bytes = 10 * torch.cuda.get_device_properties(0).L2_cache_size
+        out_path = args.out or RESULTS
+
+    time_us = timer(device)
+    copy_bw = copy_bandwidth(device, max(min_cache_bytes, 1 << 20), time_us)
+    for name, bw in copy_bw.items():
+        print(f"{name}: {bw / 1e9:.0f} GB/s", flush=True)
+    rows = []
+    for case in cases:
+        row = run_case(case, device=device, time_us=time_us, min_cache_bytes=min_cache_bytes, **shape)
+        print(f"{row.case}: {row.us:.1f} us, {row.bytes / row.us / 1e3:.0f} GB/s, max err {row.max_err:.1e}",
+              flush=True)
+        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    sweep = sweep_rows(cases, device=device, time_us=time_us, min_cache_bytes=min_cache_bytes,
+                       **shape) if args.sweep else []
+
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        machine = (f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size / 2**20:.0f} MiB, "
+                   f"{props.total_memory / 2**30:.0f} GiB")
+    else:
+        machine = f"CPU smoke run (Triton interpreter, wall clock): {platform.processor() or platform.machine()}"
+    header = ["# Paged-attention kernels: measured", "",
+              f"Written by `python -m servelab.kernels.bench{' --sweep' if args.sweep else ''}"
+              f"{' --smoke' if args.smoke else ''}` on {dt.date.today().isoformat()}.",
+              f"Machine: {machine}; torch {torch.__version__}, triton {triton.__version__}.",
+              f"Shapes: {shape['num_q_heads']} query / {shape['num_kv_heads']} KV heads, head_dim "
+              f"{shape['head_dim']}, {str(shape['dtype']).removeprefix('torch.')}, block {shape['block_size']}; "
+              f"caches >= {min_cache_bytes / 2**20:.0f} MiB, shuffled block ids."]
+    text = render(rows, sweep, copy_bw, cases, header)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(text)
+    print(text)
+    print(f"written to {out_path}")
+    return 0 if all(r.correct for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
