@@ -2,22 +2,43 @@
 
     python scripts/bench_simulator.py                 # defaults below
     python scripts/bench_simulator.py -n 20000 --rate 40
+    python scripts/bench_simulator.py --one-core      # pin the process to one CPU first (Linux)
 
 The workload is Llama-3-8B on one H100 SXM, prompts and outputs log-normal (medians 512 and 128 tokens,
 clipped at 8192 and 2048), arriving at `--rate` requests per second. For each policy the script prints
 the wall time of `simulate` alone (the workload is built once, outside the timing), requests and steps
 simulated per wall second, and a few simulated figures so a run that got faster by doing less shows up.
-Nothing is asserted: the figures are for reading.
+The policies: nano-vllm's prefill-first steps, the budgeted mixed step (FCFS and shortest-prompt-first
+prefill), and the mixed step behind chapter 03's admission rule (TPOT 30 ms, TTFT 1 s), which also prices
+the per-arrival backlog check. Nothing is asserted: the figures are for reading.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
-from servelab.costmodel import H100_SXM, LLAMA3_8B
-from servelab.simulator import MixedBudget, PrefillFirst, Requests, lognormal_lengths, poisson_arrivals, simulate
+from servelab.costmodel import H100_SXM, LLAMA3_8B, max_backlog_tokens, max_prefill_chunk, step_time
+from servelab.simulator import (
+    BacklogAdmission,
+    MixedBudget,
+    PrefillFirst,
+    Requests,
+    lognormal_lengths,
+    poisson_arrivals,
+    simulate,
+)
+
+
+def _admission_rule(budget: int = 2048) -> BacklogAdmission:
+    """Chapter 03's rule for a 2048-token budget: the chunk a 30 ms TPOT leaves next to 256 decodes at 2048
+    tokens of context, on prefixes of up to 8192 tokens, and the backlog a 1 s TTFT then absorbs."""
+    decodes = [2048] * 256
+    chunk = min(budget - len(decodes), max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030, decodes, 8192))
+    step = step_time(LLAMA3_8B, H100_SXM, prefill_tokens=chunk, prefill_context=8192, decode_context_lens=decodes)
+    return BacklogAdmission(max_backlog_tokens(len(decodes) + chunk, len(decodes), step, 1.0))
 
 
 def main() -> None:
@@ -25,26 +46,35 @@ def main() -> None:
     parser.add_argument("-n", "--requests", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=30.0, help="arrivals per second (default 30)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--one-core", action="store_true", help="pin this process to one CPU before timing")
     args = parser.parse_args()
+
+    if args.one_core and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
     n = args.requests
     requests = Requests(poisson_arrivals(n, args.rate, seed=args.seed),
                         lognormal_lengths(n, median=512, sigma=1.0, seed=args.seed + 1, high=8192),
                         lognormal_lengths(n, median=128, sigma=1.0, seed=args.seed + 2, high=2048))
     print(f"{n:,} requests, Poisson {args.rate:g}/s, {LLAMA3_8B.name} on {H100_SXM.name}; "
-          f"python {platform.python_version()} on {platform.machine()}")
-    header = f"{'policy':<14} {'wall s':>7} {'req/s wall':>11} {'steps':>8} {'steps/s wall':>13} " \
-             f"{'sim tok/s':>10} {'TTFT p99 s':>11} {'TPOT p99 s':>11} {'max gap s':>10}"
+          f"python {platform.python_version()} on {platform.machine()}, {cpus} CPU(s) usable")
+    header = f"{'policy':<24} {'wall s':>7} {'req/s wall':>11} {'steps':>8} {'steps/s wall':>13} " \
+             f"{'sim tok/s':>10} {'TTFT p99 s':>11} {'TPOT p99 s':>11} {'max gap s':>10} {'rejected':>9}"
     print(header)
     print("-" * len(header))
-    for policy in (PrefillFirst(), MixedBudget()):
+    runs = [("prefill-first", PrefillFirst(), None),
+            ("mixed-budget", MixedBudget(), None),
+            ("mixed, shortest first", MixedBudget(prefill_order="shortest_first"), None),
+            ("mixed + admission rule", MixedBudget(), _admission_rule())]
+    for label, policy, admission in runs:
         t0 = time.perf_counter()
-        result = simulate(requests, policy, LLAMA3_8B, H100_SXM)
+        result = simulate(requests, policy, LLAMA3_8B, H100_SXM, admission=admission)
         wall = time.perf_counter() - t0
         s = result.summary()
-        print(f"{policy.name:<14} {wall:>7.2f} {n / wall:>11,.0f} {s['steps']:>8,} {s['steps'] / wall:>13,.0f} "
+        print(f"{label:<24} {wall:>7.2f} {n / wall:>11,.0f} {s['steps']:>8,} {s['steps'] / wall:>13,.0f} "
               f"{s['throughput_tok_s']:>10,.0f} {s['ttft_p99_s']:>11.3f} {s['tpot_p99_s']:>11.4f} "
-              f"{s['max_gap_s']:>10.3f}")
+              f"{s['max_gap_s']:>10.3f} {s['rejected']:>9,}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The roofline step model: published model sizes, hand-derived step times on a toy model, input checks."""
+"""The roofline step model: published model sizes, hand-derived step times on a toy model, the SLO arithmetic
+(largest chunk, largest batch, admission limit), input checks."""
 
 import dataclasses
 
@@ -10,10 +11,14 @@ from servelab.costmodel import (
     H200,
     LLAMA2_7B,
     LLAMA3_8B,
+    LLAMA31_8B,
     GPUSpec,
     ModelSpec,
     cost_from_totals,
     kv_capacity_tokens,
+    max_backlog_tokens,
+    max_decode_batch,
+    max_prefill_chunk,
     step_cost,
     step_time,
 )
@@ -142,3 +147,85 @@ def test_specs_reject_bad_shapes():
         dataclasses.replace(TOY, num_layers=0)
     with pytest.raises(ValueError, match=r"GPUSpec\('toy'\).hbm_bandwidth must be > 0, got -1"):
         dataclasses.replace(TOY_GPU, hbm_bandwidth=-1)
+
+
+# --------------------------------------------------------------------------------------------------
+# SLO arithmetic: the chunk a step-time target allows, the decode batch it allows, the admission limit
+
+
+def test_llama31_8b_is_llama3_8b_with_a_longer_context():
+    same = dataclasses.replace(LLAMA31_8B, name=LLAMA3_8B.name)
+    assert same == LLAMA3_8B
+    assert LLAMA31_8B.kv_bytes_per_token == 128 * 1024 and LLAMA31_8B.param_count == 8_030_261_248
+
+
+@pytest.mark.parametrize("model, gpu, target, decodes, prefix", [
+    (LLAMA3_8B, H100_SXM, 0.030, [1024] * 32, 0),
+    (LLAMA3_8B, H100_SXM, 0.030, [1024] * 32, 30_000),
+    (LLAMA2_7B, H100_SXM, 0.010, [2048] * 16, 0),
+    (LLAMA31_8B, H200, 0.2, [4000] * 100, 100_000),
+    (LLAMA3_8B, H100_SXM, 0.0054, [], 0),      # barely above a 1-token step: memory-bound chunks fit
+])
+def test_max_prefill_chunk_is_the_largest_chunk_that_fits(model, gpu, target, decodes, prefix):
+    c = max_prefill_chunk(model, gpu, target, decodes, prefix)
+    assert c >= 1
+    assert step_time(model, gpu, c, decodes, prefix) <= target < step_time(model, gpu, c + 1, decodes, prefix)
+
+
+def test_max_prefill_chunk_shrinks_with_decodes_and_prefix():
+    alone = max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030)
+    with_decodes = max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030, [1024] * 32)
+    deep = max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030, [1024] * 32, prefill_context=30_000)
+    assert (alone, with_decodes, deep) == (2013, 1980, 957)
+    # compute-bound: each decode costs about one token of the chunk, plus its KV reads
+    assert 32 <= alone - with_decodes <= 40
+
+
+def test_max_prefill_chunk_is_zero_when_nothing_fits():
+    # a LLaMA-2-7B step is at least 4.5 ms (weights at 3.35 TB/s plus overhead)
+    assert max_prefill_chunk(LLAMA2_7B, H100_SXM, 0.004) == 0
+    # 32 decodes over 2048 tokens already take 14.8 ms
+    assert max_prefill_chunk(LLAMA2_7B, H100_SXM, 0.012, [2048] * 32) == 0
+    # the toy model by hand: 1 token = 2704 + 32 B written -> 0.2736 s; 2 tokens 0.2768 s
+    assert max_prefill_chunk(TOY, TOY_GPU, 0.2750, overhead_s=0) == 1
+    assert max_prefill_chunk(TOY, TOY_GPU, 0.2736, overhead_s=0) == 1
+    assert max_prefill_chunk(TOY, TOY_GPU, 0.2735, overhead_s=0) == 0
+
+
+def test_max_decode_batch():
+    assert max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048) == 23
+    assert step_time(LLAMA2_7B, H100_SXM, decode_context_lens=[2048] * 23) <= 0.012
+    assert step_time(LLAMA2_7B, H100_SXM, decode_context_lens=[2048] * 24) > 0.012
+    # GQA's quarter-size KV lets Llama-3-8B hold a much larger batch under the same target
+    assert max_decode_batch(LLAMA3_8B, H100_SXM, 0.012, 2048) == 83
+    # the H200's bandwidth moves the same bytes faster
+    assert max_decode_batch(LLAMA2_7B, H200, 0.012, 2048) > 23
+    assert max_decode_batch(LLAMA2_7B, H100_SXM, 0.004, 2048) == 0
+
+
+def test_max_backlog_tokens():
+    assert max_backlog_tokens(2048, 48, 0.030, 1.0) == 2000 * 32
+    # 0.3 / 0.1 is 2.9999999999999996 in floating point: still 3 steps, 2 after the one in flight
+    assert max_backlog_tokens(100, 0, 0.1, 0.3) == 200
+    assert max_backlog_tokens(2048, 48, 0.030, 0.059) == 0          # one step fits: it is the one in flight
+    assert max_backlog_tokens(2048, 48, 0.030, 0.010) == 0          # not even one
+    assert max_backlog_tokens(2048, 2048, 0.030, 1.0) == 0          # the decodes take the whole budget
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: max_backlog_tokens(0, 0, 0.03, 1.0), r"budget must be an integer >= 1 \(tokens per step\), got 0"),
+    (lambda: max_backlog_tokens(2048, 3000, 0.03, 1.0), r"the decodes alone \(3000 tokens\) do not fit in the budget"),
+    (lambda: max_backlog_tokens(2048, -1, 0.03, 1.0), "num_decodes must be an integer >= 0, got -1"),
+    (lambda: max_backlog_tokens(2048, 0, 0.0, 1.0), "step_s must be a finite number of seconds > 0, got 0.0"),
+    (lambda: max_backlog_tokens(2048, 0, 0.03, -1.0), "ttft_target_s must be a finite number of seconds > 0"),
+    (lambda: max_prefill_chunk(LLAMA3_8B, H100_SXM, -0.01), "step_target_s must be a finite number of seconds > 0"),
+    (lambda: max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.03, [-5]), r"decode_context_lens must be >= 0"),
+    (lambda: max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.03, [], prefill_context=[1, 2]),
+     "prefill_context must be one integer"),
+    (lambda: max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.03, overhead_s=-1), "overhead_s must be a number >= 0"),
+    (lambda: max_decode_batch(LLAMA3_8B, H100_SXM, 0.03, context_len=-1), r"context_len must be >= 0"),
+    (lambda: max_decode_batch(LLAMA3_8B, H100_SXM, float("inf"), 10), "step_target_s must be a finite number"),
+])
+def test_slo_arithmetic_rejects_bad_parameters(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

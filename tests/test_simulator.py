@@ -1,22 +1,28 @@
-"""The serving simulator: conservation, the two policies' defining behaviours, metrics, determinism, errors."""
+"""The serving simulator: conservation, the policies' defining behaviours, admission control, metrics,
+determinism, errors."""
 
 import random
 
 import numpy as np
 import pytest
 
-from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, GPUSpec, ModelSpec, step_time
+from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec, step_time
 from servelab.engine import fake_model
 from servelab.scheduler import SamplingParams, Scheduler, Sequence
 from servelab.simulator import (
+    BacklogAdmission,
     MixedBudget,
     PrefillFirst,
     Requests,
+    ServingState,
+    Traced,
     burst_arrivals,
     fixed_lengths,
     lognormal_lengths,
+    merge_requests,
     percentiles,
     poisson_arrivals,
+    prefill_backlog,
     simulate,
     trace_arrivals,
     uniform_lengths,
@@ -26,7 +32,9 @@ TOY = ModelSpec("toy", num_layers=2, hidden_size=8, num_heads=2, num_kv_heads=1,
                 intermediate_size=16, vocab_size=10)
 TOY_GPU = GPUSpec("toy", peak_flops=1e6, hbm_bandwidth=1e4, memory_bytes=1e5)
 POLICIES = [PrefillFirst(max_num_batched_tokens=96, max_num_seqs=8), MixedBudget(max_num_batched_tokens=96,
-                                                                                  max_num_seqs=8)]
+                                                                                  max_num_seqs=8),
+            MixedBudget(max_num_batched_tokens=96, max_num_seqs=8, prefill_order="shortest_first",
+                        name="mixed-shortest-first")]
 
 
 def _workload(n=300, seed=0, rate=40.0):
@@ -287,6 +295,10 @@ def test_arrival_processes():
                                                      r"must be an integer >= 1, got 0"),
     (lambda: MixedBudget(max_num_batched_tokens=0), r"MixedBudget: max_num_batched_tokens \(the token budget\)"),
     (lambda: MixedBudget(max_num_seqs=0), "MixedBudget: max_num_seqs must be an integer >= 1, got 0"),
+    (lambda: MixedBudget(prefill_order="lifo"),
+     r"MixedBudget: prefill_order must be one of \('fcfs', 'shortest_first'\)"),
+    (lambda: BacklogAdmission(-1), "max_backlog_tokens must be an integer >= 0, got -1"),
+    (lambda: merge_requests(), "merge_requests needs at least one Requests"),
 ])
 def test_bad_parameters_are_named(make, message):
     with pytest.raises(ValueError, match=message):
@@ -311,3 +323,155 @@ def test_request_longer_than_the_kv_cache_is_rejected():
 def test_kv_capacity_defaults_to_what_fits_next_to_the_weights():
     res = simulate(Requests([0.0], [10], [2]), MixedBudget(), LLAMA2_7B, H100_SXM)
     assert res.kv_capacity == 111_624
+
+
+# --------------------------------------------------------------------------------------------------
+# chapter 03 additions: Traced, shortest-first prefill, admission control, merged workloads
+
+
+def test_traced_records_every_step():
+    traced = Traced(MixedBudget(max_num_batched_tokens=8))
+    res = simulate(Requests([0.0, 0.0, 0.0], [6, 5, 3], [4, 4, 4]), traced, LLAMA3_8B, H100_SXM)
+    assert traced.name == "mixed-budget" and len(traced.steps) == res.step_end_s.size
+    assert traced.steps[:2] == [[(0, 6), (1, 2)], [(0, 1), (1, 3), (2, 3)]]
+    assert [sum(n for _, n in step) for step in traced.steps] == res.step_tokens.tolist()
+
+
+def test_a_policy_may_return_lists():
+    class Lists:
+        name = "lists"
+
+        def __init__(self):
+            self.inner = MixedBudget(max_num_batched_tokens=32)
+
+        def schedule(self, state):
+            ids, tokens = self.inner.schedule(state)
+            return ids.tolist(), tokens.tolist()
+
+    reqs = _workload(n=60)
+    a = simulate(reqs, Lists(), LLAMA3_8B, H100_SXM)
+    b = simulate(reqs, MixedBudget(max_num_batched_tokens=32), LLAMA3_8B, H100_SXM)
+    assert np.array_equal(a.step_end_s, b.step_end_s) and np.array_equal(a.token_step, b.token_step)
+
+
+def _long_then_short():
+    """A 32K-token prompt, then ten 256-token prompts right behind it."""
+    return Requests(np.array([0.0] + [0.001] * 10), np.array([32768] + [256] * 10), np.array([16] * 11))
+
+
+def test_shortest_first_lets_short_prompts_overtake_a_long_one():
+    reqs = _long_then_short()
+    fcfs = simulate(reqs, MixedBudget(max_num_batched_tokens=2048), LLAMA31_8B, H100_SXM)
+    spf = simulate(reqs, MixedBudget(max_num_batched_tokens=2048, prefill_order="shortest_first"), LLAMA31_8B,
+                   H100_SXM)
+    prefill_32k = sum(step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2048, prefill_context=p)
+                      for p in range(0, 32768, 2048))
+    # FCFS: every short request waits for the whole long prefill
+    assert (fcfs.ttft[1:] > prefill_32k).all()
+    # shortest first: the short prompts go through in the next steps; the long one loses a few steps
+    assert (spf.ttft[1:] < 0.1).all()
+    assert fcfs.ttft[0] < spf.ttft[0] < fcfs.ttft[0] + 0.1
+    # the budget still holds, and every running sequence still advances every step
+    assert spf.step_tokens.max() <= 2048
+    assert all((np.diff(_request_token_steps(spf, i)) == 1).all() for i in range(len(reqs)))
+
+
+def test_shortest_first_is_fcfs_when_prompts_are_equal():
+    n = 80
+    reqs = Requests(poisson_arrivals(n, 50.0, seed=2), fixed_lengths(n, 300), uniform_lengths(n, 1, 30, seed=3))
+    a = simulate(reqs, MixedBudget(max_num_batched_tokens=512), LLAMA3_8B, H100_SXM)
+    b = simulate(reqs, MixedBudget(max_num_batched_tokens=512, prefill_order="shortest_first"), LLAMA3_8B, H100_SXM)
+    assert np.array_equal(a.token_step, b.token_step)
+
+
+def test_prefill_backlog_counts_prompt_work_only():
+    state = ServingState(np.array([10, 20, 30, 5]), np.array([4, 4, 4, 4]), kv_capacity=1000)
+    state.waiting.extend([0, 1, 2, 3])
+    assert prefill_backlog(state) == 65
+    # 0 admitted and decoding (its prompt done), 1 admitted with 12 of 20 computed
+    for i in (0, 1):
+        state.waiting.remove(i)
+        state.admit(i)
+    state.running = np.array([0, 1])
+    state.computed[0], state.seq_len[0], state.computed[1] = 10, 11, 12
+    assert prefill_backlog(state) == (20 - 12) + 30 + 5
+
+
+def test_rejected_requests_are_never_served():
+    reqs = Requests([0.0, 0.0, 0.0, 0.0], [100, 5000, 100, 100], [4, 4, 4, 1])
+    res = simulate(reqs, MixedBudget(max_num_batched_tokens=512), LLAMA3_8B, H100_SXM,
+                   admission=lambda state, i: state.prompt_len[i] < 1000)
+    assert res.rejected.tolist() == [False, True, False, False] and res.served.tolist() == [True, False, True, True]
+    assert res.generated.tolist() == [4, 0, 4, 1]
+    assert (res.token_step[res.token_offset[1]:res.token_offset[2]] == -1).all()
+    assert np.isnan([res.ttft[1], res.tpot[1], res.max_gap[1], res.queueing_delay[1], res.finish_s[1]]).all()
+    assert np.isnan(res.gaps(1)).all() and res.token_times(1).size == 4
+    assert not np.isnan(res.ttft[[0, 2, 3]]).any()
+    # the served ones are exactly what a run without the rejected request gives
+    alone = simulate(Requests([0.0, 0.0, 0.0], [100, 100, 100], [4, 4, 1]), MixedBudget(max_num_batched_tokens=512),
+                     LLAMA3_8B, H100_SXM)
+    assert res.ttft[[0, 2, 3]].tolist() == alone.ttft.tolist()
+    assert np.array_equal(res.inter_token_gaps(), alone.inter_token_gaps())
+    assert res.throughput() == pytest.approx(9 / res.duration_s)
+    # a rejected request meets no SLO, however loose, but counts in the attainment's denominator
+    assert res.slo_met(1e9, 1e9).tolist() == [True, False, True, True]
+    assert res.goodput(1e9, 1e9) == pytest.approx(3 / res.duration_s)
+    assert res.goodput_tokens(1e9, 1e9) == pytest.approx(9 / res.duration_s)
+    summary = res.summary(1e9, 1e9)
+    assert summary["rejected"] == 1 and summary["slo_attainment"] == 0.75
+
+
+def test_everyone_rejected():
+    res = simulate(Requests([0.0, 1.0], [10, 10], [2, 2]), MixedBudget(), LLAMA3_8B, H100_SXM,
+                   admission=lambda state, i: False)
+    assert res.step_end_s.size == 0 and res.rejected.all() and np.isnan(res.ttft).all()
+    assert res.summary()["rejected"] == 2
+
+
+def test_backlog_admission_keeps_admitted_requests_within_the_ttft_target():
+    """The admission rule of chapter 03 on an overloaded server: what it admits meets the TTFT target (it is
+    a bound: each step prefills at least budget - decodes tokens and lasts at most the sized step)."""
+    from servelab.costmodel import max_backlog_tokens, max_prefill_chunk
+
+    tpot, ttft, decoders = 0.030, 1.0, 64
+    chunk = max_prefill_chunk(LLAMA3_8B, H100_SXM, tpot, [2048] * decoders, prefill_context=4000)
+    step = step_time(LLAMA3_8B, H100_SXM, prefill_tokens=chunk, prefill_context=4000,
+                     decode_context_lens=[2048] * decoders)
+    limit = max_backlog_tokens(decoders + chunk, decoders, step, ttft)
+    n = 400
+    reqs = Requests(poisson_arrivals(n, 100.0, seed=4), lognormal_lengths(n, 1000, 0.5, seed=5, high=4000),
+                    lognormal_lengths(n, 16, 0.5, seed=6, high=128))
+    policy = MixedBudget(max_num_batched_tokens=decoders + chunk, max_num_seqs=decoders)
+    everyone = simulate(reqs, policy, LLAMA3_8B, H100_SXM)
+    ruled = simulate(reqs, policy, LLAMA3_8B, H100_SXM, admission=BacklogAdmission(limit))
+    assert ruled.step_seqs.max() <= decoders and ruled.step_duration_s.max() <= tpot
+    assert np.nanmax(everyone.ttft) > 2 * ttft                  # overload: the queue grows without the rule
+    assert 0.1 < ruled.rejected.mean() < 0.9
+    assert np.nanmax(ruled.ttft) <= ttft
+    assert ruled.goodput(ttft, tpot) > 2 * everyone.goodput(ttft, tpot)
+
+
+def test_admission_must_be_callable():
+    with pytest.raises(ValueError, match="admission must be a callable"):
+        simulate(Requests([0.0], [10], [2]), MixedBudget(), TOY, TOY_GPU, kv_capacity_tokens=100, admission=5)
+
+
+def test_merge_requests():
+    a = Requests([0.0, 2.0], [10, 20], [1, 2])
+    b = Requests([1.0, 2.0], [30, 40], [3, 4])
+    merged, (ia, ib) = merge_requests(a, b)
+    assert merged.arrival_s.tolist() == [0.0, 1.0, 2.0, 2.0]
+    assert merged.prompt_len.tolist() == [10, 30, 20, 40]          # ties: the first part first
+    assert ia.tolist() == [0, 2] and ib.tolist() == [1, 3]
+    assert merged.output_len[ib].tolist() == [3, 4]
+
+
+def test_gap_timeline_matches_the_per_request_gaps():
+    res = simulate(_workload(n=50), MixedBudget(max_num_batched_tokens=64), LLAMA3_8B, H100_SXM)
+    times, gaps = res.gap_timeline([3, 7])
+    expected_gaps = np.concatenate([res.gaps(3), res.gaps(7)])
+    expected_times = np.concatenate([res.token_times(3)[1:], res.token_times(7)[1:]])
+    assert np.array_equal(gaps, expected_gaps) and np.array_equal(times, expected_times)
+    all_times, all_gaps = res.gap_timeline()
+    assert np.array_equal(np.sort(all_gaps), np.sort(res.inter_token_gaps()))
+    assert res.step_duration_s.tolist() == (res.step_end_s - res.step_start_s).tolist()

@@ -30,6 +30,11 @@ communication (one GPU, no tensor parallelism).
 A number to check everything else against: LLaMA-2-7B decoding one token at batch 1 on an H100 is
 memory-bound; it reads 13.5 GB of weights at 3.35 TB/s, so about 4 ms per step.
 
+The last section turns latency targets into scheduler settings with the same model: the largest prefill
+chunk a step-time (TPOT) target leaves next to the decodes (`max_prefill_chunk`), the largest decode batch
+it allows (`max_decode_batch`), and the backlog of prompt tokens a TTFT target can absorb at that chunk,
+which is the admission rule (`max_backlog_tokens`).
+
 >>> cost = step_cost(LLAMA2_7B, H100_SXM, prefill_tokens=0, decode_context_lens=[0])
 >>> round(cost.memory_s * 1e3, 2), cost.bound
 (4.02, 'memory')
@@ -37,6 +42,7 @@ memory-bound; it reads 13.5 GB of weights at 3.35 TB/s, so about 4 ms per step.
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,11 +55,15 @@ __all__ = [
     "H100_SXM",
     "H200",
     "LLAMA2_7B",
+    "LLAMA31_8B",
     "LLAMA3_8B",
     "ModelSpec",
     "StepCost",
     "cost_from_totals",
     "kv_capacity_tokens",
+    "max_backlog_tokens",
+    "max_decode_batch",
+    "max_prefill_chunk",
     "step_cost",
     "step_time",
 ]
@@ -149,6 +159,14 @@ LLAMA2_7B = ModelSpec("LLaMA-2-7B", num_layers=32, hidden_size=4096, num_heads=3
 # 2 x 32 x 8 x 128 x 2 bytes = 131,072 B = 128 KiB.
 LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
                       intermediate_size=14336, vocab_size=128256)
+
+# Source: the published Hugging Face config of meta-llama/Llama-3.1-8B: the same shapes as Llama-3-8B
+# (so the same 8.03B parameters and 128 KiB of KV per token); what changes is the context window,
+# max_position_embeddings 131072 (128K tokens, through "llama3" RoPE scaling) instead of 8192. The
+# roofline does not see RoPE, so this spec differs from LLAMA3_8B only by name: use it for prompts
+# longer than 8K, which Llama-3-8B was not trained for.
+LLAMA31_8B = ModelSpec("Llama-3.1-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                       intermediate_size=14336, vocab_size=128256)
 
 
 @dataclass(frozen=True)
@@ -333,3 +351,141 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 
         raise ValueError(f"{model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room for KV in "
                          f"{memory_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB")
     return int(free // model.kv_bytes_per_token)
+
+
+# --------------------------------------------------------------------------------------------------
+# SLO arithmetic: what a TPOT target allows a step to hold, and what a TTFT target allows to queue
+# --------------------------------------------------------------------------------------------------
+
+def _one_count(name: str, value, meaning: str) -> int:
+    """A single non-negative whole token count (checked as `_counts` does)."""
+    if np.ndim(value) != 0:
+        raise ValueError(f"{name} must be one integer ({meaning}), got {value!r}")
+    return int(_counts(name, value)[0])
+
+
+def _check_target(name: str, value) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0 or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _largest_fitting(fits, start: int = 1) -> int:
+    """The largest n >= start with fits(n) True, for a predicate that is True up to some n and False after
+    it; start - 1 if fits(start) is already False. Doubling, then bisection: O(log n) calls."""
+    if not fits(start):
+        return start - 1
+    lo, hi = start, 2 * start
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 1 << 40:
+            raise ValueError("no upper limit found: the target is never exceeded")
+    while hi - lo > 1:               # fits(lo) and not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def max_prefill_chunk(model: ModelSpec, gpu: GPUSpec, step_target_s: float, decode_context_lens=(),
+                      prefill_context: int = 0, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> int:
+    """The largest prefill chunk (tokens) that one step can carry next to the given decodes and still
+    take at most `step_target_s`: 0 if even a 1-token chunk makes the step miss it.
+
+    Under a mixed budgeted schedule every running sequence decodes in every step, so each decoder's
+    inter-token gap *is* the step time, and a TPOT target is a step-time target. The step holds the
+    decodes (one token over each context in `decode_context_lens`) and one chunk of c tokens on top of
+    `prefill_context` cached tokens of its prompt. Its time only grows with c, so the answer is found by
+    bisection on `step_time`. The decodes' share is not free: each adds a token of matmuls and its whole
+    context of KV reads, so the chunk that fits shrinks as the decode batch and its contexts grow, and
+    so it does as the prefix under the chunk grows (attention over the prefix).
+
+    The token budget that keeps this step on target is `len(decode_context_lens) + max_prefill_chunk(...)`.
+
+    >>> max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030, decode_context_lens=[1024] * 32)
+    1980
+    >>> max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030)                      # the decodes' share: 33 tokens
+    2013
+    >>> max_prefill_chunk(LLAMA3_8B, H100_SXM, 0.030, [1024] * 32, prefill_context=30_000)   # deep in a prompt
+    957
+    """
+    step_target_s = _check_target("step_target_s", step_target_s)
+    overhead_s = _check_overhead(overhead_s)
+    contexts = _counts("decode_context_lens", decode_context_lens)
+    prefix = _one_count("prefill_context", prefill_context, "the chunk's cached prefix")
+    d, ctx_sum = contexts.size, int(contexts.sum())
+
+    def fits(c: int) -> bool:
+        pairs = c * prefix + c * (c + 1) // 2 + ctx_sum + d
+        cost = cost_from_totals(model, gpu, num_tokens=c + d, num_seqs=1 + d, attention_pairs=pairs,
+                                kv_read_tokens=prefix + ctx_sum)
+        return cost.seconds(overhead_s) <= step_target_s
+
+    return _largest_fitting(fits)
+
+
+def max_decode_batch(model: ModelSpec, gpu: GPUSpec, step_target_s: float, context_len: int,
+                     overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> int:
+    """The largest number of sequences, all at `context_len` tokens of context, that decode together in
+    one step of at most `step_target_s` seconds (0 if a single one misses it).
+
+    Every sequence in the batch waits for the same step, so its time per output token is the step time
+    of the whole batch: this is the largest batch whose every member meets a TPOT target of
+    `step_target_s`. Decode steps are memory-bound here, and each sequence adds its whole context of KV
+    to the bytes read, so the step time grows linearly with the batch.
+
+    >>> max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, context_len=2048)   # 512 KiB of KV per token
+    23
+    >>> max_decode_batch(LLAMA3_8B, H100_SXM, 0.012, context_len=2048)   # GQA: 128 KiB
+    83
+    """
+    step_target_s = _check_target("step_target_s", step_target_s)
+    overhead_s = _check_overhead(overhead_s)
+    context_len = _one_count("context_len", context_len, "every sequence in the batch has that context")
+
+    def fits(b: int) -> bool:
+        cost = cost_from_totals(model, gpu, num_tokens=b, num_seqs=b, attention_pairs=b * (context_len + 1),
+                                kv_read_tokens=b * context_len)
+        return cost.seconds(overhead_s) <= step_target_s
+
+    return _largest_fitting(fits)
+
+
+def max_backlog_tokens(budget: int, num_decodes: int, step_s: float, ttft_target_s: float) -> int:
+    """The admission rule: the most prefill work (tokens) a new request may find queued, its own prompt
+    included, and still get its first token within `ttft_target_s`. 0 if none can.
+
+    The coupling, one link at a time:
+      * the TPOT target fixes the step: every step lasts at most `step_s` and carries `budget` tokens;
+      * the decodes take `num_decodes` of them, so prefill works the backlog off at
+        chunk = budget - num_decodes tokens a step (the decodes' tokens are not prefill throughput);
+      * a request arriving now first waits for the step in flight (at most one step), then the Q tokens
+        queued ahead of it and its own prompt P go through at `chunk` a step, and its first token comes
+        at the end of the step that computes its last prompt token:
+            TTFT <= (1 + ceil((Q + P) / chunk)) * step_s;
+      * so TTFT <= target exactly when Q + P <= chunk * (floor(ttft_target_s / step_s) - 1).
+    Admit the request iff its Q + P is at most this; a request that fails cannot meet its TTFT target,
+    and queueing it anyway only delays every request behind it (reject it, or send it to a tier
+    without a TTFT promise).
+
+    >>> max_backlog_tokens(budget=2048, num_decodes=48, step_s=0.030, ttft_target_s=1.0)   # 2000 x (33 - 1)
+    64000
+    """
+    if not _is_count(budget) or budget < 1:
+        raise ValueError(f"budget must be an integer >= 1 (tokens per step), got {budget!r}")
+    if not _is_count(num_decodes) or num_decodes < 0:
+        raise ValueError(f"num_decodes must be an integer >= 0, got {num_decodes!r}")
+    if num_decodes > budget:
+        raise ValueError(f"the decodes alone ({num_decodes} tokens) do not fit in the budget ({budget} tokens)")
+    step_s = _check_target("step_s", step_s)
+    ttft_target_s = _check_target("ttft_target_s", ttft_target_s)
+    # the steps that end by the target; the tiny factor keeps 0.3 / 0.1 = 2.9999999999999996 from
+    # rounding down to 2
+    steps = math.floor(ttft_target_s / step_s * (1 + 1e-12))
+    return max(0, (budget - num_decodes) * (steps - 1))
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)

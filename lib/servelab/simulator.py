@@ -29,8 +29,20 @@ Two policies share this machinery and differ only in what a step holds:
   then prefill chunks fill what is left of `max_num_batched_tokens`. A long prompt is spread over many
   steps, and no step is longer than the budget's worth of work.
 
+`MixedBudget(prefill_order="shortest_first")` hands the leftover budget to the prompts with the fewest
+tokens left instead of the oldest: scheduling by the half of a request's work that is known on arrival.
+
+Admission control: `simulate(..., admission=rule)` asks `rule(state, i)` about each request as it arrives;
+a rejected request is never served (no tokens, NaN latencies) and counts against goodput.
+`BacklogAdmission` is the rule derived from the TTFT and TPOT targets (`costmodel.max_backlog_tokens`):
+admit only if the prompt tokens queued ahead plus the request's own can be prefilled in time.
+
 Per request the result holds the time of every token (as a step index: no per-token Python objects), so
-TTFT, TPOT, every inter-token gap, queueing delay and finish time all come out of arrays.
+TTFT, TPOT, every inter-token gap, queueing delay and finish time all come out of arrays. `Traced` wraps a
+policy and keeps every step's (request id, tokens) pairs, for tables and for step-by-step comparisons.
+
+Time is in seconds throughout (arrivals, step times). `servelab.workloads.poisson_arrivals` is chapter 1's
+step-clock generator and returns integer *steps*; `poisson_arrivals` here returns float *seconds*.
 
 >>> from servelab.costmodel import LLAMA3_8B, H100_SXM
 >>> reqs = Requests(poisson_arrivals(200, rate=5.0, seed=1), fixed_lengths(200, 512), fixed_lengths(200, 64))
@@ -52,17 +64,22 @@ from servelab import costmodel
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 
 __all__ = [
+    "Admission",
+    "BacklogAdmission",
     "MixedBudget",
     "Policy",
     "PrefillFirst",
     "Requests",
     "ServingState",
     "SimResult",
+    "Traced",
     "burst_arrivals",
     "fixed_lengths",
     "lognormal_lengths",
+    "merge_requests",
     "percentiles",
     "poisson_arrivals",
+    "prefill_backlog",
     "simulate",
     "trace_arrivals",
     "uniform_lengths",
@@ -195,6 +212,27 @@ class Requests:
         return self.prompt_len + self.output_len - 1
 
 
+def merge_requests(*parts: Requests) -> tuple[Requests, list[np.ndarray]]:
+    """One workload from several (a background load plus a long prompt, say), sorted by arrival; ties keep
+    the order of `parts`, then each part's own order. Also returns, for each part, where its requests
+    went: `ids[k][j]` is the new index of request j of `parts[k]`.
+
+    >>> both, (chat, long) = merge_requests(Requests([0.0, 1.0], [10, 10], [5, 5]), Requests([0.5], [8000], [4]))
+    >>> both.prompt_len.tolist(), chat.tolist(), long.tolist()
+    ([10, 8000, 10], [0, 2], [1])
+    """
+    if not parts:
+        raise ValueError("merge_requests needs at least one Requests")
+    arrival = np.concatenate([p.arrival_s for p in parts])
+    order = np.argsort(arrival, kind="stable")
+    where = np.empty(order.size, dtype=np.int64)
+    where[order] = np.arange(order.size)
+    bounds = np.cumsum([0] + [len(p) for p in parts])
+    merged = Requests(arrival[order], np.concatenate([p.prompt_len for p in parts])[order],
+                      np.concatenate([p.output_len for p in parts])[order])
+    return merged, [where[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 # --------------------------------------------------------------------------------------------------
 # Scheduler state and the two policies
 # --------------------------------------------------------------------------------------------------
@@ -270,7 +308,7 @@ class ServingState:
 
 class Policy(Protocol):
     """What a scheduler must provide: a name and, once per step, the sequences to run and how many tokens
-    each computes (both int arrays, same length). It may admit and preempt through the state."""
+    each computes (int arrays or lists, same length). It may admit and preempt through the state."""
 
     name: str
 
@@ -333,6 +371,9 @@ class PrefillFirst:
         return ids, np.ones(ids.size, dtype=np.int64)
 
 
+_PREFILL_ORDERS = ("fcfs", "shortest_first")
+
+
 @dataclass(frozen=True)
 class MixedBudget:
     """The budgeted mixed step (vLLM's current scheduler, Sarathi-Serve's stall-free batching).
@@ -347,14 +388,24 @@ class MixedBudget:
     Admission stops at min(max_num_seqs, max_num_batched_tokens) running sequences, so the decodes alone
     always fit in the budget: every running sequence advances every step, and a step never computes more
     than `max_num_batched_tokens` tokens.
+
+    `prefill_order="shortest_first"` changes steps 2 and 3 only: the prompts still to prefill (running
+    part-prefilled ones and waiting ones alike) take the leftover budget in order of the prompt tokens
+    they still need, fewest first (ties: lower request id), instead of first come first served. The
+    prompt length is known on arrival, so this is shortest-remaining-work-first on the half of a
+    request's work that is known; decodes, whose length is not known, still all run every step. A
+    waiting request that cannot be admitted (KV, running cap) stops admission, as under FCFS.
     """
 
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 256
+    prefill_order: str = "fcfs"
     name: str = field(default="mixed-budget", compare=False)
 
     def __post_init__(self):
         _check_limits("MixedBudget", self.max_num_batched_tokens, self.max_num_seqs)
+        if self.prefill_order not in _PREFILL_ORDERS:
+            raise ValueError(f"MixedBudget: prefill_order must be one of {_PREFILL_ORDERS}, got {self.prefill_order!r}")
 
     def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
         # 1. decodes: the running sequences whose last sampled token has no KV slot yet
@@ -368,11 +419,15 @@ class MixedBudget:
         state.reserved[decoding] += 1
         state.kv_free -= decoding.size
 
-        # 2. every running sequence has >= 1 token to compute; decodes (exactly 1) all fit by the cap
-        # below, and part-prefilled sequences share what is left, in admission order
+        # every running sequence has >= 1 token to compute: decodes exactly 1, part-prefilled ones more.
+        # Count one token for each (they all fit, by the running cap below) and share the rest.
         remaining = seq_len - state.computed[running]
         tokens = np.minimum(remaining, 1)               # all ones: nobody in `running` is done
         budget = self.max_num_batched_tokens - running.size
+        if self.prefill_order == "shortest_first":
+            return self._shortest_first(state, running, remaining, tokens, budget)
+
+        # 2. part-prefilled sequences share what is left, in admission order
         if budget > 0 and running.size:
             for j in (remaining > 1).nonzero()[0]:      # at most a couple: each admission uses up the budget
                 n = min(int(remaining[j]), budget + 1)  # its 1 token is already counted
@@ -394,10 +449,111 @@ class MixedBudget:
                 budget -= n
                 new_ids.append(i)
                 new_tokens.append(n)
-        if new_ids:
-            state.running = running = np.concatenate([running, np.array(new_ids, dtype=np.int64)])
-            tokens = np.concatenate([tokens, np.array(new_tokens, dtype=np.int64)])
-        return running, tokens
+        return _with_admitted(state, running, tokens, new_ids, new_tokens)
+
+    def _shortest_first(self, state, running, remaining, tokens, budget):
+        # candidates: (prompt tokens still to compute, request id, position in running or -1 if waiting)
+        cands = [(int(remaining[j]), int(running[j]), j) for j in (remaining > 1).nonzero()[0]]
+        if not state.preempted_this_step:
+            cands += [(int(state.seq_len[i] - state.computed[i]), int(i), -1) for i in state.waiting]
+        cands.sort()
+        new_ids, new_tokens = [], []
+        cap = min(self.max_num_seqs, self.max_num_batched_tokens)
+        admitting = True
+        for need, i, j in cands:
+            if budget == 0:
+                break
+            if j >= 0:                                   # running, part-prefilled: its 1 token is counted
+                n = min(need, budget + 1)
+                tokens[j] = n
+                budget -= n - 1
+            elif admitting:
+                if running.size + len(new_ids) >= cap or not state.can_admit(i):
+                    admitting = False                   # no skipping past a request that does not fit
+                    continue
+                state.waiting.remove(i)
+                state.admit(i)
+                n = min(need, budget)
+                budget -= n
+                new_ids.append(i)
+                new_tokens.append(n)
+        return _with_admitted(state, running, tokens, new_ids, new_tokens)
+
+
+def _with_admitted(state: ServingState, running: np.ndarray, tokens: np.ndarray, new_ids: list, new_tokens: list):
+    """Append this step's admissions to `running` and return the step's (ids, tokens)."""
+    if new_ids:
+        state.running = running = np.concatenate([running, np.array(new_ids, dtype=np.int64)])
+        tokens = np.concatenate([tokens, np.array(new_tokens, dtype=np.int64)])
+    return running, tokens
+
+
+@dataclass
+class Traced:
+    """A policy that delegates to another and keeps what it scheduled: `steps[k]` is step k's list of
+    (request id, tokens) pairs, in the order the policy returned them.
+
+    >>> from servelab.costmodel import LLAMA2_7B, H100_SXM
+    >>> traced = Traced(MixedBudget(max_num_batched_tokens=8))
+    >>> _ = simulate(Requests([0, 0, 0], [6, 5, 3], [4, 4, 4]), traced, LLAMA2_7B, H100_SXM)
+    >>> traced.steps[:3]
+    [[(0, 6), (1, 2)], [(0, 1), (1, 3), (2, 3)], [(0, 1), (1, 1), (2, 1)]]
+    """
+
+    policy: Policy
+    steps: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
+        ids, tokens = self.policy.schedule(state)
+        self.steps.append(list(zip(np.asarray(ids).tolist(), np.asarray(tokens).tolist())))
+        return ids, tokens
+
+
+# --------------------------------------------------------------------------------------------------
+# Admission control: a rule applied to each request as it arrives
+# --------------------------------------------------------------------------------------------------
+
+class Admission(Protocol):
+    """Called once per request, when it arrives and before it joins `waiting`; False rejects it (it is
+    never served: no tokens, NaN latencies, and it counts against goodput)."""
+
+    def __call__(self, state: ServingState, i: int) -> bool: ...
+
+
+def prefill_backlog(state: ServingState) -> int:
+    """Prompt tokens still to compute, over waiting sequences and part-prefilled running ones: the work a
+    newly arrived request finds queued ahead of it (FCFS). Decoding sequences owe one token each, which is
+    decode work, not backlog. The simulator calls admission between steps, so nothing is in flight."""
+    running = state.running
+    mid = running[state.reserved[running] == state.seq_len[running]]       # reserved in full: still in prefill
+    backlog = int((state.seq_len[mid] - state.computed[mid]).sum())
+    if state.waiting:
+        waiting = np.fromiter(state.waiting, dtype=np.int64, count=len(state.waiting))
+        backlog += int((state.seq_len[waiting] - state.computed[waiting]).sum())
+    return backlog
+
+
+@dataclass(frozen=True)
+class BacklogAdmission:
+    """Admit request i iff prefill_backlog(state) + its prompt <= `max_backlog_tokens` (the limit that
+    servelab.costmodel.max_backlog_tokens derives from the TTFT and TPOT targets); reject it otherwise.
+
+    >>> BacklogAdmission(64_000).max_backlog_tokens
+    64000
+    """
+
+    max_backlog_tokens: int
+
+    def __post_init__(self):
+        if not _is_int(self.max_backlog_tokens) or self.max_backlog_tokens < 0:
+            raise ValueError(f"max_backlog_tokens must be an integer >= 0, got {self.max_backlog_tokens!r}")
+
+    def __call__(self, state: ServingState, i: int) -> bool:
+        return prefill_backlog(state) + int(state.prompt_len[i]) <= self.max_backlog_tokens
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,7 +574,8 @@ class SimResult:
     """What happened. Per-request arrays are indexed like the `Requests`; per-step arrays by step number.
 
     Token k of request i (k = 0 .. output_len[i]-1) was emitted at the end of step
-    `token_step[token_offset[i] + k]`, i.e. at `step_end_s[...]`.
+    `token_step[token_offset[i] + k]`, i.e. at `step_end_s[...]`. A request rejected by admission control
+    (`rejected[i]`) emitted nothing: its token steps are -1 and its latencies NaN.
     """
 
     policy: str
@@ -435,27 +592,45 @@ class SimResult:
     step_seqs: np.ndarray         # sequences in the step
     step_decodes: np.ndarray      # sequences that computed exactly one token
     step_kv_used: np.ndarray      # KV slots reserved while the step ran
+    rejected: np.ndarray | None = None   # per request: turned away on arrival by admission control
+
+    def __post_init__(self):
+        if self.rejected is None:
+            object.__setattr__(self, "rejected", np.zeros(len(self.requests), dtype=bool))
 
     # ---- per request ----
     @property
     def arrival_s(self) -> np.ndarray:
         return self.requests.arrival_s
 
+    @property
+    def served(self) -> np.ndarray:
+        """Requests that were admitted (all of them without admission control)."""
+        return ~self.rejected
+
+    def _times(self, token_index=None) -> np.ndarray:
+        """Emission times of the given token slots (default: all of them); NaN for a rejected request's."""
+        steps = self.token_step if token_index is None else self.token_step[token_index]
+        if not self.step_end_s.size:
+            return np.full(np.shape(steps), np.nan)
+        times = self.step_end_s[steps]
+        return np.where(steps >= 0, times, np.nan) if self.rejected.any() else times
+
     def token_times(self, i: int) -> np.ndarray:
         start = self.token_offset[i]
-        return self.step_end_s[self.token_step[start:start + self.requests.output_len[i]]]
+        return self._times(np.arange(start, start + self.requests.output_len[i]))
 
     def gaps(self, i: int) -> np.ndarray:
-        """Request i's inter-token gaps (seconds), output_len - 1 of them."""
+        """Request i's inter-token gaps (seconds), output_len - 1 of them (NaN if it was rejected)."""
         return np.diff(self.token_times(i))
 
     @property
     def first_token_s(self) -> np.ndarray:
-        return self.step_end_s[self.token_step[self.token_offset]]
+        return self._times(self.token_offset)
 
     @property
     def finish_s(self) -> np.ndarray:
-        return self.step_end_s[self.token_step[self.token_offset + self.requests.output_len - 1]]
+        return self._times(self.token_offset + self.requests.output_len - 1)
 
     @property
     def ttft(self) -> np.ndarray:
@@ -464,7 +639,7 @@ class SimResult:
     @property
     def tpot(self) -> np.ndarray:
         """Mean time per output token after the first: (finish - first token) / (output_len - 1); NaN when
-        a request generates a single token."""
+        a request generates a single token (or was rejected)."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.requests.output_len > 1,
                             (self.finish_s - self.first_token_s) / (self.requests.output_len - 1), np.nan)
@@ -474,53 +649,83 @@ class SimResult:
         """Arrival until the start of the first step that computed any of the request's tokens."""
         return self.first_scheduled_s - self.arrival_s
 
-    def inter_token_gaps(self) -> np.ndarray:
-        """Every inter-token gap of every request, concatenated (request 0's first). Memory: 8 bytes per
-        generated token."""
-        times = self.step_end_s[self.token_step]
-        gaps = np.diff(times)
+    def _gaps_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap, keep): np.diff over every token slot, and which entries are true inter-token gaps of a
+        served request (not the jump from one request's last token to the next one's first)."""
+        gaps = np.diff(self._times())
         keep = np.ones(gaps.size, dtype=bool)
         keep[self.token_offset[1:] - 1] = False        # the step from one request's last token to the next's first
+        if self.rejected.any():
+            keep &= ~np.isnan(gaps)
+        return gaps, keep
+
+    def inter_token_gaps(self) -> np.ndarray:
+        """Every inter-token gap of every served request, concatenated (request 0's first). Memory: 8 bytes
+        per generated token."""
+        gaps, keep = self._gaps_all()
         return gaps[keep]
+
+    def gap_timeline(self, ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """(emitted_s, gap_s): for every inter-token gap of the given requests (default: all served ones),
+        when the later token came out and how long after the one before it. For plotting gaps over time."""
+        ids = np.flatnonzero(self.served) if ids is None else np.asarray(ids, dtype=np.int64).ravel()
+        times, gaps = [], []
+        for i in ids:
+            t = self.token_times(int(i))
+            if t.size > 1 and not np.isnan(t[0]):
+                times.append(t[1:])
+                gaps.append(np.diff(t))
+        if not times:
+            return np.empty(0), np.empty(0)
+        return np.concatenate(times), np.concatenate(gaps)
 
     @property
     def max_gap(self) -> np.ndarray:
-        """Each request's longest inter-token gap (NaN for single-token outputs)."""
+        """Each request's longest inter-token gap (NaN for single-token outputs and rejected requests)."""
         out = np.full(len(self.requests), np.nan)
-        multi = self.requests.output_len > 1
+        multi = (self.requests.output_len > 1) & self.served
         if multi.any():
-            gaps = np.diff(self.step_end_s[self.token_step])
-            gaps[self.token_offset[1:] - 1] = -np.inf   # between requests: never a maximum
+            gaps, keep = self._gaps_all()
+            gaps[~keep] = -np.inf                       # between requests: never a maximum
             out[multi] = np.maximum.reduceat(gaps, self.token_offset[multi])
         return out
+
+    @property
+    def step_duration_s(self) -> np.ndarray:
+        return self.step_end_s - self.step_start_s
 
     # ---- aggregate ----
     @property
     def duration_s(self) -> float:
         """First arrival to last token."""
-        return float(self.finish_s.max() - self.arrival_s.min())
+        return float(np.nanmax(self.finish_s) - self.arrival_s.min()) if self.served.any() else float("nan")
 
     def throughput(self) -> float:
         """Output tokens per second over `duration_s`."""
-        return float(self.requests.output_len.sum() / self.duration_s)
+        return float(self.requests.output_len[self.served].sum() / self.duration_s)
 
     def slo_met(self, ttft_s: float, tpot_s: float) -> np.ndarray:
-        """Which requests met both targets (a single-token request has no TPOT to miss)."""
+        """Which requests met both targets (a single-token request has no TPOT to miss; a rejected one
+        met nothing)."""
         tpot = self.tpot
-        return (self.ttft <= ttft_s) & ((tpot <= tpot_s) | np.isnan(tpot))
+        return self.served & (self.ttft <= ttft_s) & ((tpot <= tpot_s) | np.isnan(tpot))
 
     def goodput(self, ttft_s: float, tpot_s: float) -> float:
         """Requests per second that met both the TTFT and the TPOT target."""
         return float(self.slo_met(ttft_s, tpot_s).sum() / self.duration_s)
 
+    def goodput_tokens(self, ttft_s: float, tpot_s: float) -> float:
+        """Output tokens per second of the requests that met both targets: the throughput users feel."""
+        return float(self.requests.output_len[self.slo_met(ttft_s, tpot_s)].sum() / self.duration_s)
+
     def summary(self, ttft_s: float | None = None, tpot_s: float | None = None) -> dict[str, float]:
         out = {"requests": len(self.requests), "steps": self.step_end_s.size, "duration_s": self.duration_s,
                "throughput_tok_s": self.throughput(), "requests_per_s": len(self.requests) / self.duration_s,
-               "preemptions": int(self.preemptions.sum())}
+               "preemptions": int(self.preemptions.sum()), "rejected": int(self.rejected.sum())}
         for metric in ("ttft", "tpot", "queueing_delay"):
             for q, v in percentiles(getattr(self, metric)).items():
                 out[f"{metric}_p{q}_s"] = v
-        out["max_gap_s"] = float(np.nanmax(self.max_gap)) if np.any(self.requests.output_len > 1) else float("nan")
+        out["max_gap_s"] = float(np.nanmax(self.max_gap)) if np.any(~np.isnan(self.max_gap)) else float("nan")
         if ttft_s is not None and tpot_s is not None:
             out["goodput_req_s"] = self.goodput(ttft_s, tpot_s)
             out["slo_attainment"] = float(self.slo_met(ttft_s, tpot_s).mean())
@@ -529,12 +734,15 @@ class SimResult:
 
 def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
              kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
-             overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> SimResult:
+             overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None) -> SimResult:
     """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
 
     The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
     `memory_fraction` of the GPU's memory. Each step lasts `costmodel`'s roofline time for its batch plus
-    `overhead_s`; when nothing is waiting or running, the clock jumps to the next arrival.
+    `overhead_s`; when nothing is waiting or running, the clock jumps to the next arrival. Arrivals are
+    seen between steps: a request arriving while a step runs joins the queue when that step ends.
+    `admission`, if given, is asked about each request as it joins (see `Admission`); a rejected request
+    is never served.
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -542,6 +750,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         raise ValueError(f"kv_capacity_tokens must be an integer >= 1, got {kv_capacity_tokens!r}")
     if not isinstance(overhead_s, numbers.Real) or not overhead_s >= 0:
         raise ValueError(f"overhead_s must be a number >= 0 (seconds per step), got {overhead_s!r}")
+    if admission is not None and not callable(admission):
+        raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
     n = len(requests)
     if n == 0:
         raise ValueError("no requests to simulate")
@@ -559,6 +769,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     token_step = np.full(int(output.sum()), -1, dtype=np.int32)
     final_len = prompt + output                         # seq_len once the last token is out
     finished = np.zeros(n, dtype=bool)
+    rejected = np.zeros(n, dtype=bool)
     starts, ends, step_tokens, step_seqs, step_decodes, step_kv = [], [], [], [], [], []
     seq_len, computed, reserved = state.seq_len, state.computed, state.reserved
 
@@ -566,14 +777,28 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     while num_finished < n:
         if next_arrival < n and arrival[next_arrival] <= now:
             upto = int(np.searchsorted(arrival, now, side="right"))
-            state.waiting.extend(range(next_arrival, upto))
+            if admission is None:
+                state.waiting.extend(range(next_arrival, upto))
+            else:
+                state.now = now
+                for i in range(next_arrival, upto):
+                    if admission(state, i):
+                        state.waiting.append(i)
+                    else:
+                        rejected[i] = finished[i] = True
+                        num_finished += 1
             next_arrival = upto
         if not state.waiting and not state.running.size:
+            if next_arrival == n:
+                if num_finished == n:
+                    break                               # the last arrivals were all rejected
+                raise RuntimeError("nothing to run and nothing left to arrive, yet some request is unfinished")
             now = float(arrival[next_arrival])          # idle: jump to the next arrival
             continue
 
         state.now, state.preempted_this_step = now, False
         ids, tokens = policy.schedule(state)
+        ids, tokens = np.asarray(ids, dtype=np.int64), np.asarray(tokens, dtype=np.int64)   # lists are fine too
         if ids.size == 0:
             raise RuntimeError(f"{policy.name} scheduled nothing at t={now:.6f}s with work pending")
 
@@ -615,4 +840,4 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                      step_start_s=np.array(starts), step_end_s=np.array(ends),
                      step_tokens=np.array(step_tokens, dtype=np.int64), step_seqs=np.array(step_seqs, dtype=np.int64),
                      step_decodes=np.array(step_decodes, dtype=np.int64),
-                     step_kv_used=np.array(step_kv, dtype=np.int64))
+                     step_kv_used=np.array(step_kv, dtype=np.int64), rejected=rejected)

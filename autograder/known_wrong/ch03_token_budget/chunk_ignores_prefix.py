@@ -1,0 +1,22 @@
+"""The chunk bound ignored the prefix: the chunk is priced as the start of a prompt wherever it sits."""
+
+REPLACE = {
+    "max_chunk": '''
+def max_chunk(model, gpu, tpot_target_s, decodes, prefix=0, overhead_s=DEFAULT_STEP_OVERHEAD_S):
+    def fits(c):
+        return costmodel.step_time(model, gpu, prefill_tokens=c, decode_context_lens=decodes,
+                                   overhead_s=overhead_s) <= tpot_target_s
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+''',
+}
+FAILS = ["test_max_chunk"]
+MESSAGE = "Pitfall: the chunk bound ignored the prefix"
