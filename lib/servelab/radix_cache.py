@@ -73,6 +73,21 @@ class TreeNode:
                 f"lock_ref={self.lock_ref}, last_access_time={self.last_access_time})")
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """One node of `RadixCache.snapshot()`: what the node held when the snapshot was taken."""
+
+    depth: int                  # 0 for the root
+    key: tuple[int, ...]
+    value: tuple[int, ...]
+    lock_ref: int
+    last_access_time: int
+    hit_count: int
+    id: int
+    num_children: int
+    evictable_leaf: bool        # unlocked and without children: what evict() may take first
+
+
 def _show(tokens: Sequence[int], limit: int = 10) -> str:
     head = ", ".join(map(str, tokens[:limit]))
     return f"[{head}{', ...' if len(tokens) > limit else ''}]"
@@ -359,6 +374,23 @@ class RadixCache:
             parts.append(node.value)
             node = node.parent
         return [i for v in reversed(parts) for i in v]
+
+    def snapshot(self) -> list[NodeView]:
+        """The tree as plain data, in the printer's order (root first, depth 0): one NodeView per node.
+
+        A copy, so it can be kept while the tree changes (plots of the tree before and after an eviction).
+
+        >>> cache = RadixCache()
+        >>> cache.insert([1, 2, 3], [10, 11, 12]), cache.insert([1, 2, 9], [20, 21, 22])
+        (0, 2)
+        >>> [(v.depth, v.key, v.value, v.evictable_leaf) for v in cache.snapshot()]
+        [(0, (), (), False), (1, (1, 2), (10, 11), False), (2, (3,), (12,), True), (2, (9,), (22,), True)]
+        """
+        return [NodeView(depth=depth, key=node.key, value=node.value, lock_ref=node.lock_ref,
+                         last_access_time=node.last_access_time, hit_count=node.hit_count, id=node.id,
+                         num_children=len(node.children),
+                         evictable_leaf=node is not self.root_node and node.lock_ref == 0 and not node.children)
+                for node, depth in self._preorder()]
 
     def all_values_flatten(self) -> list[int]:
         """Every KV index the tree holds, in the printer's order."""

@@ -1,0 +1,21 @@
+"""Emptied parents not evicted in the same call: only the leaves there were at the start are considered."""
+
+REPLACE = {
+    "evict": '''
+def evict(self, num_tokens):
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    heap = [(self.get_priority(x), x.id, x) for x in self.evictable_leaves]
+    heapq.heapify(heap)
+    freed = []
+    while len(freed) < num_tokens and heap:
+        _, _, x = heapq.heappop(heap)
+        if self.token_to_kv_pool_allocator is not None:
+            self.token_to_kv_pool_allocator.free(list(x.value))
+        freed.extend(x.value)
+        self._delete_leaf(x)
+    return freed
+''',
+}
+FAILS = ["test_evict", "test_scheduler"]
+MESSAGE = "Pitfall: emptied parents not evicted in the same call"

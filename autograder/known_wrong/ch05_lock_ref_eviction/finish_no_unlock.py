@@ -1,0 +1,18 @@
+"""Forgot to unlock on finish or preemption: cache_finished_req never calls dec_lock_ref."""
+
+REPLACE = {
+    "cache_finished_req": '''
+def cache_finished_req(self, req):
+    tree, pool = self.tree_cache, self.token_to_kv_pool_allocator
+    kv = req.kv_indices
+    tokens = req.token_ids[:len(kv)]
+    aligned = len(kv) - len(kv) % self.page_size
+    new_prefix_len = tree.insert(tokens[:aligned], kv[:aligned])
+    pool.free(kv[len(req.prefix_indices):new_prefix_len])
+    pool.free(kv[aligned:])
+    req.kv_indices, req.prefix_indices, req.last_node = [], [], None
+    req.num_cached_tokens = req.num_scheduled_tokens = 0
+''',
+}
+FAILS = ["test_cache_finished_req", "test_scheduler"]
+MESSAGE = "Pitfall: forgot to unlock on finish or preemption"

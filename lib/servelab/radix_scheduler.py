@@ -1,0 +1,570 @@
+"""A token-slot KV pool and a scheduler that serves requests through SGLang's RadixCache, written to be read.
+
+The request lifecycle follows SGLang (0.4.x - 0.5.6, the `cache_finished_req` / `cache_unfinished_req` generation):
+
+- **admission** (`schedule`, prefill): match the request's tokens in the tree (at most all but the last token,
+  so at least one token is computed and the model has logits to sample from), lock the matched path with
+  `inc_lock_ref(last_node)`, count `available + evictable` slots as room, evict what is missing, allocate slots
+  for the tokens that did not hit;
+- **after the prefill** (`cache_unfinished_req`): insert the prompt, free the request's own duplicates of what
+  the tree already held, re-match to use the tree's slots, and move the lock to the new end of the path, so
+  later requests can hit the prompt while this one is still decoding;
+- **decode**: one slot per running request; when the pool is short, evict; when nothing is evictable, preempt
+  (retract) the most recently admitted request;
+- **finish or preemption** (`cache_finished_req`): insert every token that has KV, free the duplicates and the
+  unaligned tail, and `dec_lock_ref(last_node)`. The tree now owns the request's KV; a preempted request goes
+  back to the front of the queue and, when it is admitted again, hits whatever of it survived eviction.
+
+Two orders for the waiting queue: ``"fcfs"`` (first come, first served) and ``"lpm"`` (longest prefix match:
+every scheduling pass matches every waiting request and sorts the queue by matched length, longest first, as
+SGLang's `calc_priority` does). Both stop at the first request that does not fit (no skipping ahead).
+
+Deliberate simplifications, none of which changes what the tree holds or evicts:
+- no chunked prefill: the first request of a step may exceed `max_prefill_tokens`, later ones must fit in what
+  is left; every prefill is one step;
+- LPM sorts however long the queue is (SGLang falls back to FCFS order when more than 128 requests wait);
+- no reservation for future decode tokens (SGLang's `new_token_ratio`): running out during decode is handled
+  by retraction, and the request retracted is the most recently admitted one (SGLang sorts by output length);
+- the pool hands out single token slots, first free slot first, freed slots to the back of the queue (SGLang's
+  `TokenToKVPoolAllocator` before its free-list sorting); slot 0 is not reserved for padding;
+- a preempted request is cached like a finished one, so its KV is not thrown away until eviction takes it.
+
+    >>> sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    >>> system = list(range(100, 120))
+    >>> a, b = Req(system + [1, 2], 2, name="A"), Req(system + [7], 2, name="B")
+    >>> trace = RadixEngine(sch).run([a], arrivals={1: [b]})
+    >>> [(r.kind, r.scheduled, r.cached) for r in trace[:2]]      # B hits the system prompt A inserted
+    [('P', [('A', 22)], [('A', 0)]), ('P', [('B', 1)], [('B', 20)])]
+"""
+
+from __future__ import annotations
+
+import html
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import count
+
+from servelab.radix_cache import RadixCache, TreeNode
+from servelab.scheduler import SequenceStatus
+
+__all__ = ["POLICIES", "RadixEngine", "RadixScheduler", "RadixStepRecord", "Req", "TokenToKVPoolAllocator",
+           "lpm_starvation", "radix_table", "slot_model"]
+
+POLICIES = ("fcfs", "lpm")
+
+
+class TokenToKVPoolAllocator:
+    """A pool of `size` KV slots, one token each (SGLang's token_to_kv_pool_allocator).
+
+    `alloc(n)` takes the first n free slots, or returns None (and takes nothing) when fewer are free; `free`
+    puts slots at the back of the free queue. Freeing a slot that is already free, or out of range, raises
+    ValueError: that is always a book-keeping bug (a slot would be handed out twice).
+    `kv` stands in for the KV tensors: `kv[slot]` is the token whose K and V the slot holds (None if never
+    written). The engine writes it when a step computes a token and reads it back to check every request.
+
+    >>> pool = TokenToKVPoolAllocator(4)
+    >>> pool.alloc(3), pool.alloc(2), pool.available_size()
+    ([0, 1, 2], None, 1)
+    >>> pool.free([1]); pool.alloc(2)
+    [3, 1]
+    """
+
+    def __init__(self, size: int):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be an int >= 1, got {size!r}")
+        self.size = size
+        self.free_slots: deque[int] = deque(range(size))
+        self._free_set = set(range(size))
+        self.kv: list[int | None] = [None] * size
+
+    def available_size(self) -> int:
+        return len(self.free_slots)
+
+    def alloc(self, need_size: int) -> list[int] | None:
+        if isinstance(need_size, bool) or not isinstance(need_size, int) or need_size < 0:
+            raise ValueError(f"need_size must be an int >= 0, got {need_size!r}")
+        if need_size > len(self.free_slots):
+            return None
+        out = [self.free_slots.popleft() for _ in range(need_size)]
+        self._free_set.difference_update(out)
+        return out
+
+    def free(self, indices: Iterable[int]) -> None:
+        indices = [int(i) for i in indices]
+        for i in indices:
+            if not 0 <= i < self.size:
+                raise ValueError(f"slot {i} is not in this pool (size {self.size})")
+        twice = [i for i in indices if i in self._free_set] or [i for i in set(indices) if indices.count(i) > 1]
+        if twice:
+            raise ValueError(f"slot {twice[0]} is freed twice: it is already in the free list")
+        self.free_slots.extend(indices)
+        self._free_set.update(indices)
+
+
+class Req:
+    """One request: its tokens, its KV slots and the tree node its cached prefix ends at.
+
+    `kv_indices` is the request's row of SGLang's req_to_token table: one slot per token that has KV, in token
+    order. Its first len(prefix_indices) slots belong to the tree (the request holds a lock on the path
+    root -> last_node that keeps them there); the rest are the request's own until it is cached.
+    `num_cached_tokens` / `num_scheduled_tokens` count the tokens with KV before this step and the tokens this
+    step computes (the names of `servelab.scheduler.Sequence`, so `servelab.engine.fake_model` runs on it).
+
+    >>> r = Req([5, 6, 7], max_new_tokens=2, name="A")
+    >>> r.token_ids, len(r), r.status.name
+    ([5, 6, 7], 3, 'WAITING')
+    """
+
+    counter = count()
+
+    def __init__(self, origin_input_ids: Iterable[int], max_new_tokens: int, name=None, ignore_eos: bool = True):
+        self.origin_input_ids = [int(t) for t in origin_input_ids]
+        if not self.origin_input_ids:
+            raise ValueError("a request needs at least one prompt token")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        self.rid = next(Req.counter)
+        self.name = name if name is not None else str(self.rid)
+        self.max_new_tokens = max_new_tokens
+        self.ignore_eos = ignore_eos
+        self.output_ids: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.prefix_indices: list[int] = []    # tree-owned slots of the cached prefix (locked through last_node)
+        self.last_node: TreeNode | None = None
+        self.kv_indices: list[int] = []        # req_to_token row: one slot per token with KV
+        self.num_cached_tokens = 0
+        self.num_scheduled_tokens = 0
+        self.is_prefill = True
+        self.admissions: list[tuple[int, int]] = []   # (tokens asked for, tokens that hit) per admission
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The prompt followed by everything generated so far (SGLang's fill_ids)."""
+        return self.origin_input_ids + self.output_ids
+
+    def __len__(self):
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.origin_input_ids)
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return list(self.output_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    def __repr__(self):
+        return (f"Req({self.name!r}, len={len(self)}, prefix={len(self.prefix_indices)}, "
+                f"kv={len(self.kv_indices)}, status={self.status.name})")
+
+
+class RadixScheduler:
+    """Prefill first, through the radix cache; decode otherwise, evicting and then retracting under pressure.
+
+    pool_size: KV slots in the pool (tokens). Every slot is free, in the tree, or a running request's own.
+    max_prefill_tokens: tokens computed by one prefill step (the first request of a step may exceed it).
+    max_running_requests: requests admitted and not finished, at most.
+    page_size, eviction_policy, disable_radix_cache: passed to the RadixCache.
+    policy: "fcfs" or "lpm" (longest prefix match first).
+    eos: the token that finishes a request that does not ignore eos.
+    The tree is built by the class attribute `cache_class` (RadixCache), so a subclass can serve requests
+    through another implementation of the same interface.
+    """
+
+    cache_class = RadixCache
+
+    def __init__(self, pool_size: int, max_prefill_tokens: int, max_running_requests: int = 8,
+                 page_size: int = 1, policy: str = "fcfs", eviction_policy: str = "lru",
+                 disable_radix_cache: bool = False, eos: int = -1):
+        if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) or max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be an int >= 1, got {max_prefill_tokens!r}")
+        if isinstance(max_running_requests, bool) or not isinstance(max_running_requests, int) \
+                or max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be an int >= 1, got {max_running_requests!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(pool_size)
+        self.tree_cache = self.cache_class(page_size=page_size, disable=disable_radix_cache,
+                                          eviction_policy=eviction_policy,
+                                          token_to_kv_pool_allocator=self.token_to_kv_pool_allocator)
+        self.pool_size = pool_size
+        self.page_size = page_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.max_running_requests = max_running_requests
+        self.policy = policy
+        self.eos = eos
+        self.waiting: deque[Req] = deque()
+        self.running: deque[Req] = deque()
+
+    # ---- queue ---------------------------------------------------------------------------------------------
+
+    def add(self, req: Req) -> None:
+        most = len(req) + req.max_new_tokens - 1 - len(req.output_ids)
+        if most > self.pool_size:
+            raise ValueError(f"{req.name} can grow to {most} tokens with KV but the pool has only "
+                             f"{self.pool_size} slots: it could never finish")
+        self.waiting.append(req)
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def calc_priority(self) -> None:
+        """LPM: match every waiting request (this refreshes their paths' access times and may split edges) and
+        sort the queue by matched length, longest first; equal lengths keep their order. FCFS: nothing."""
+        if self.policy != "lpm":
+            return
+        matched = {id(r): len(self.tree_cache.match_prefix(r.token_ids[:-1])[0]) for r in self.waiting}
+        self.waiting = deque(sorted(self.waiting, key=lambda r: -matched[id(r)]))
+
+    # ---- one step ------------------------------------------------------------------------------------------
+
+    def schedule(self) -> tuple[list[Req], bool]:
+        """Choose this step's batch: (requests, is_prefill)."""
+        picked = self._schedule_prefill()
+        if picked:
+            return picked, True
+        return self._schedule_decode(), False
+
+    def _schedule_prefill(self) -> list[Req]:
+        self.calc_priority()
+        pool, tree = self.token_to_kv_pool_allocator, self.tree_cache
+        picked: list[Req] = []
+        num_batched = 0
+        while self.waiting and len(self.running) + len(picked) < self.max_running_requests:
+            req = self.waiting[0]
+            tokens = req.token_ids
+            prefix, node = tree.match_prefix(tokens[:-1])     # match on admission; never the last token
+            extend = len(tokens) - len(prefix)
+            if picked and extend > self.max_prefill_tokens - num_batched:
+                break                                         # only the first may exceed the token budget
+            tree.inc_lock_ref(node)                           # its own prefix is not room for itself
+            if pool.available_size() + tree.evictable_size() < extend:
+                tree.dec_lock_ref(node)
+                break                                         # the head does not fit: nobody jumps it
+            if pool.available_size() < extend:
+                tree.evict(extend - pool.available_size())
+            slots = pool.alloc(extend)
+            req.prefix_indices, req.last_node = list(prefix), node
+            req.kv_indices = list(prefix) + slots
+            req.num_cached_tokens, req.num_scheduled_tokens = len(prefix), extend
+            req.is_prefill = True
+            req.status = SequenceStatus.RUNNING
+            req.admissions.append((len(tokens), len(prefix)))
+            num_batched += extend
+            self.running.append(self.waiting.popleft())
+            picked.append(req)
+        return picked
+
+    def _schedule_decode(self) -> list[Req]:
+        pool, tree = self.token_to_kv_pool_allocator, self.tree_cache
+        while len(self.running) > pool.available_size():
+            if tree.evictable_size() > 0:
+                tree.evict(len(self.running) - pool.available_size())
+            else:
+                self.preempt(self.running.pop())              # the most recently admitted goes first
+        if not self.running:  # an explicit raise, not an assert: python -O must not turn this into a hang
+            raise RuntimeError("nothing could be scheduled: the requests do not fit in the KV pool")
+        for req in self.running:
+            req.kv_indices += pool.alloc(1)
+            req.num_scheduled_tokens = 1
+            req.is_prefill = False
+        return list(self.running)
+
+    def preempt(self, req: Req) -> None:
+        """Retract a running request (already removed from running): cache what it computed, unlock its
+        path, and put it at the front of the waiting queue to be prefilled again (recompute)."""
+        self.cache_finished_req(req)
+        req.status = SequenceStatus.WAITING
+        req.is_prefill = True
+        self.waiting.appendleft(req)
+
+    def postprocess(self, reqs: list[Req], token_ids: list[int], is_prefill: bool) -> list[Req]:
+        """Advance the counters, append the sampled tokens, cache finished requests (and, after a prefill,
+        the prompts of the others). Returns the requests that finished this step."""
+        finished = []
+        for req, token_id in zip(reqs, token_ids, strict=True):
+            req.num_cached_tokens += req.num_scheduled_tokens
+            req.num_scheduled_tokens = 0
+            req.output_ids.append(int(token_id))
+            if (not req.ignore_eos and token_id == self.eos) or len(req.output_ids) == req.max_new_tokens:
+                req.status = SequenceStatus.FINISHED
+                self.running.remove(req)
+                self.cache_finished_req(req)
+                finished.append(req)
+            elif is_prefill:
+                self.cache_unfinished_req(req)
+        return finished
+
+    # ---- SGLang's request hooks ----------------------------------------------------------------------------
+
+    def cache_finished_req(self, req: Req) -> None:
+        """Hand a finished (or retracted) request's KV to the tree and release its lock.
+
+        The tokens with KV are token_ids[:len(kv_indices)] (the last sampled token has none). Insert their
+        page-aligned part; the tree keeps the slots it already had for the first `new_prefix_len` tokens, so
+        the request's own copies of those beyond its locked prefix, kv_indices[len(prefix_indices):new_prefix_len],
+        are duplicates and go back to the pool, and so does the unaligned tail. Then dec_lock_ref(last_node).
+
+        Example: B's 22-token prompt went into the tree after its prefill (prefix_indices: those 22 tree slots),
+        then B decoded 3 tokens: kv_indices has 25 slots. insert(...) returns 22, so nothing is a duplicate, the 3
+        decode slots now belong to the tree, and the lock on the prompt's path is released. Had another request
+        inserted the same 3 tokens meanwhile, insert would return 25 and B's 3 slots would be freed.
+        """
+        tree, pool = self.tree_cache, self.token_to_kv_pool_allocator
+        kv = req.kv_indices
+        tokens = req.token_ids[:len(kv)]
+        aligned = len(kv) - len(kv) % self.page_size
+        if tree.disable:
+            pool.free(kv[len(req.prefix_indices):])
+        else:
+            new_prefix_len = tree.insert(tokens[:aligned], kv[:aligned])
+            pool.free(kv[len(req.prefix_indices):new_prefix_len])
+            pool.free(kv[aligned:])
+        if req.last_node is not None:
+            tree.dec_lock_ref(req.last_node)
+        req.kv_indices, req.prefix_indices, req.last_node = [], [], None
+        req.num_cached_tokens = req.num_scheduled_tokens = 0
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """After a prefill: put the request's prompt in the tree while it keeps running.
+
+        Insert the page-aligned tokens with KV; free the request's duplicates of what the tree already held;
+        match the same tokens again to get the tree's slots and the node their path ends at, write those
+        slots into the request's row, and move the lock from the old last_node to the new one.
+        """
+        tree, pool = self.tree_cache, self.token_to_kv_pool_allocator
+        if tree.disable:
+            return
+        kv = req.kv_indices
+        n = req.num_cached_tokens
+        aligned = n - n % self.page_size
+        tokens = req.token_ids[:aligned]
+        new_prefix_len = tree.insert(tokens, kv[:aligned])
+        pool.free(kv[len(req.prefix_indices):new_prefix_len])
+        new_indices, new_node = tree.match_prefix(tokens)
+        req.kv_indices = list(new_indices) + kv[aligned:]
+        tree.dec_lock_ref(req.last_node)
+        tree.inc_lock_ref(new_node)
+        req.prefix_indices, req.last_node = list(new_indices), new_node
+
+    # ---- accounting ----------------------------------------------------------------------------------------
+
+    def private_slots(self) -> list[int]:
+        """Slots held by running requests that the tree does not own."""
+        return [i for r in self.running for i in r.kv_indices[len(r.prefix_indices):]]
+
+    def check_invariants(self) -> None:
+        """Every slot is in exactly one place (free, tree, a running request's own); raise RuntimeError if not."""
+        pool, tree = self.token_to_kv_pool_allocator, self.tree_cache
+        places = {"free": list(pool.free_slots), "tree": tree.all_values_flatten(), "requests": self.private_slots()}
+        seen: dict[int, str] = {}
+        for where, slots in places.items():
+            for s in slots:
+                if s in seen:
+                    raise RuntimeError(f"slot {s} is both {seen[s]} and {where}")
+                seen[s] = where
+        if len(seen) != self.pool_size:
+            lost = sorted(set(range(self.pool_size)) - set(seen))
+            raise RuntimeError(f"{len(lost)} slots leaked (neither free, in the tree nor held): {lost[:10]}")
+        for r in self.running:
+            if r.last_node is not None and tree.path_device_indices(r.last_node) != r.prefix_indices:
+                raise RuntimeError(f"{r.name}'s prefix slots are not the tree's slots for its path")
+        if tree.evictable_size() + tree.protected_size() != tree.total_size():
+            raise RuntimeError("evictable + protected != total tokens in the tree")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the driver
+
+
+def slot_model(pool: TokenToKVPoolAllocator) -> Callable[[list[Req]], list[int]]:
+    """`servelab.engine.fake_model`, but it reads the context through the KV slots.
+
+    For each request it first writes the tokens this step computes into their slots, then reads every slot
+    of the request's row back. The sampled token is fake_model's formula over what it read, so a request
+    whose row points at a slot holding someone else's token generates something else, and RuntimeError names
+    the slot.
+    """
+
+    def model(reqs: list[Req]) -> list[int]:
+        out = []
+        for r in reqs:
+            toks = r.token_ids
+            lo, hi = r.num_cached_tokens, r.num_cached_tokens + r.num_scheduled_tokens
+            for pos in range(lo, hi):
+                pool.kv[r.kv_indices[pos]] = toks[pos]
+            seen = [pool.kv[s] for s in r.kv_indices[:hi]]
+            if seen != toks[:hi]:
+                pos = next(i for i, (a, b) in enumerate(zip(seen, toks)) if a != b)
+                raise RuntimeError(f"{r.name}: slot {r.kv_indices[pos]} holds the KV of token {seen[pos]} but "
+                                   f"position {pos} of {r.name} is token {toks[pos]}")
+            out.append((sum(seen) * 31 + 7) % 1000)
+        return out
+
+    return model
+
+
+@dataclass
+class RadixStepRecord:
+    """One schedule() call and its outcome; the pool and tree sizes are read right after schedule()."""
+    step: int
+    is_prefill: bool
+    scheduled: list[tuple[str, int]]     # (name, tokens computed)
+    cached: list[tuple[str, int]]        # (name, tokens with KV before the step: the hit, at a prefill)
+    preempted: list[str]
+    finished: list[str]
+    available: int                       # free slots
+    evictable: int                       # tree tokens not locked
+    protected: int                       # tree tokens locked by running requests
+    waiting: list[str] = field(default_factory=list)   # after postprocess
+    running: list[str] = field(default_factory=list)   # after postprocess
+
+    @property
+    def kind(self) -> str:
+        return "P" if self.is_prefill else "D"
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+class RadixEngine:
+    """Drives a RadixScheduler one step at a time (servelab.engine.Engine's loop); by default the model reads
+    the context through the KV slots (`slot_model`) and every step checks the pool's invariants."""
+
+    def __init__(self, scheduler: RadixScheduler, model: Callable[[list[Req]], list[int]] | None = None,
+                 check: bool = True):
+        self.scheduler = scheduler
+        self.model = model if model is not None else slot_model(scheduler.token_to_kv_pool_allocator)
+        self.check = check
+        self.trace: list[RadixStepRecord] = []
+
+    def add_request(self, req: Req):
+        self.scheduler.add(req)
+
+    def is_finished(self) -> bool:
+        return self.scheduler.is_finished()
+
+    def step(self) -> RadixStepRecord:
+        sch = self.scheduler
+        was_running = list(sch.running)
+        reqs, is_prefill = sch.schedule()
+        tree = sch.tree_cache
+        record = RadixStepRecord(
+            step=len(self.trace), is_prefill=is_prefill,
+            scheduled=[(r.name, r.num_scheduled_tokens) for r in reqs],
+            cached=[(r.name, r.num_cached_tokens) for r in reqs],
+            preempted=[r.name for r in was_running if r.status == SequenceStatus.WAITING],
+            finished=[], available=sch.token_to_kv_pool_allocator.available_size(),
+            evictable=tree.evictable_size(), protected=tree.protected_size())
+        finished = sch.postprocess(reqs, self.model(reqs), is_prefill)
+        record.finished = [r.name for r in finished]
+        record.waiting = [r.name for r in sch.waiting]
+        record.running = [r.name for r in sch.running]
+        if self.check:
+            sch.check_invariants()
+        self.trace.append(record)
+        return record
+
+    def run(self, requests: Iterable[Req] = (), arrivals: dict[int, list[Req]] | None = None,
+            max_steps: int = 100_000) -> list[RadixStepRecord]:
+        """Add `requests` now and each `arrivals[k]` just before step k; step until all are done.
+
+        Steps count schedule() calls: an idle engine takes the next arrivals at once.
+        """
+        pending = dict(arrivals or {})
+        if any(k < 0 for k in pending):
+            raise ValueError(f"arrival steps must be >= 0, got {sorted(pending)}")
+        for req in requests:
+            self.add_request(req)
+        while pending or not self.is_finished():
+            due = [k for k in pending if k <= len(self.trace)] or ([min(pending)] if self.is_finished() else [])
+            for k in sorted(due):
+                for req in pending.pop(k):
+                    self.add_request(req)
+            if len(self.trace) >= max_steps:
+                raise RuntimeError(f"not finished after {max_steps} steps")
+            self.step()
+        return self.trace
+
+
+# --------------------------------------------------------------------------------------------------------
+# the trace as a table
+
+TABLE_COLUMNS = ("step", "kind", "scheduled (name:tokens)", "cached", "preempted", "finished", "free slots",
+                 "evictable", "protected", "waiting", "running")
+
+
+class _Table:
+    def __init__(self, columns, rows):
+        self.columns, self.rows = tuple(columns), [tuple(r) for r in rows]
+
+    def __str__(self) -> str:
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
+                  for i, c in enumerate(self.columns)]
+        line = lambda cells: " | ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
+        return "\n".join([line(self.columns), "-+-".join("-" * w for w in widths), *(line(r) for r in self.rows)])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> _Table:
+    """One row per schedule() call: the batch, the hits, the pool's free slots and the tree's sizes.
+
+    >>> sch = RadixScheduler(pool_size=32, max_prefill_tokens=32)
+    >>> t = RadixEngine(sch).run([Req([1, 2, 3], 1, name="A")], arrivals={1: [Req([1, 2, 9], 1, name="B")]})
+    >>> print(radix_table(t, ("step", "kind", "scheduled (name:tokens)", "cached", "free slots", "evictable")))
+    step | kind | scheduled (name:tokens) | cached | free slots | evictable
+    -----+------+-------------------------+--------+------------+----------
+    0    | P    | A:3                     | A:0    | 29         | 0
+    1    | P    | B:1                     | B:2    | 28         | 1
+    """
+    columns = tuple(columns)
+    unknown = set(columns) - set(TABLE_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown columns {sorted(unknown)}; choose from {list(TABLE_COLUMNS)}")
+    pairs = lambda items: " ".join(f"{n}:{k}" for n, k in items) or "-"
+    names = lambda items: " ".join(items) or "-"
+    rows = []
+    for r in trace:
+        full = (str(r.step), r.kind, pairs(r.scheduled), pairs(r.cached), names(r.preempted), names(r.finished),
+                str(r.available), str(r.evictable), str(r.protected), names(r.waiting), names(r.running))
+        rows.append(tuple(full[TABLE_COLUMNS.index(c)] for c in columns))
+    return _Table(columns, rows)
+
+
+# --------------------------------------------------------------------------------------------------------
+# a workload on which longest-prefix-first starves a request
+
+
+def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[list[RadixStepRecord], int]:
+    """One request at a time (max_running_requests=1). Hot requests H0..H{n_hot} share a `system_len`-token
+    system prompt; H0 arrives at step 0 and H1, H2, ... every 2 steps from step 2. L, which shares nothing,
+    arrives at step 1. Each request runs 3 steps (a prefill and 2 decodes), so hot requests arrive faster than
+    they are served. Returns (trace, the step at which L is admitted).
+
+    Under FCFS, L goes right after H0. Under LPM every waiting H matches the system prompt and L matches
+    nothing, so each pass sorts every H ahead of L, and L waits for the stream to dry up.
+
+    >>> lpm_starvation("fcfs", n_hot=4)[1], lpm_starvation("lpm", n_hot=4)[1]
+    (3, 15)
+    """
+    sch = RadixScheduler(pool_size=512, max_prefill_tokens=512, max_running_requests=1, policy=policy)
+    system = list(range(2000, 2000 + system_len))
+    hot = lambda i: Req(system + [3000 + i] * 4, 3, name=f"H{i}")
+    arrivals = {0: [hot(0)], 1: [Req([4000 + j for j in range(24)], 3, name="L")]}
+    for i in range(1, n_hot + 1):
+        arrivals[2 * i] = [hot(i)]
+    trace = RadixEngine(sch).run(arrivals=arrivals)
+    admitted = next(r.step for r in trace if r.is_prefill and any(n == "L" for n, _ in r.scheduled))
+    return trace, admitted
