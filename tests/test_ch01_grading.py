@@ -7,23 +7,19 @@ pitfall's message, and, run cell by cell like nbgrader would, loses exactly the 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
-import pathlib
 import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from grading_harness import Notebook, load_module, python_source
 
 from servelab import batching
 from servelab_autograder import ch01
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "solutions" / "ch01_continuous_batching" / "ch01_continuous_batching.ipynb"
-KNOWN_WRONG = ROOT / "autograder" / "known_wrong" / "ch01_continuous_batching"
+NB = Notebook("ch01_continuous_batching")
+KNOWN_WRONG = NB.known_wrong_dir
 
 # test cell grade_id -> how its hidden block grades a namespace
 HELPERS = {
@@ -53,29 +49,12 @@ LESSON_ASSERTS = [
 ]
 
 
-@functools.cache
-def _cells() -> tuple[dict, ...]:
-    nb = json.loads(NOTEBOOK.read_text())
-    out = []
-    for cell in nb["cells"]:
-        source = "".join(cell["source"])
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        out.append({"type": cell["cell_type"], "source": source, "grade_id": meta.get("grade_id"),
-                    "solution": meta.get("solution", False), "grade": meta.get("grade", False)})
-    return tuple(out)
-
-
 def _solution_ids() -> list[str]:
-    return [c["grade_id"] for c in _cells() if c["solution"]]
+    return [c.meta.get("grade_id") for c in NB.cells if c.meta.get("solution")]
 
 
-def _test_cells() -> list[dict]:
-    return [c for c in _cells() if c["grade"]]
-
-
-def _code(source: str) -> str:
-    """Cell source without IPython magics."""
-    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+def _test_cells() -> list:
+    return [c for c in NB.cells if c.meta.get("grade")]
 
 
 def _visible(source: str) -> str:
@@ -92,13 +71,13 @@ def _namespace(replace: dict[str, str] | None = None) -> dict:
     """The notebook's imports (setup_1) plus every solution cell, with ``replace`` applied by grade_id."""
     replace = replace or {}
     ns: dict = {"__name__": "__ch01_notebook__"}
-    setup = [c for c in _cells() if c["grade_id"] == "setup_1"]
+    setup = [c for c in NB.cells if c.meta.get("grade_id") == "setup_1"]
     assert setup, "the notebook lost its setup_1 cell"
-    exec(compile(_code(setup[0]["source"]), "setup_1", "exec"), ns)
-    for cell in _cells():
-        if cell["solution"]:
-            gid = cell["grade_id"]
-            exec(compile(replace.get(gid, cell["source"]), gid, "exec"), ns)
+    exec(compile(python_source(setup[0].source), "setup_1", "exec"), ns)
+    for cell in NB.cells:
+        if cell.meta.get("solution"):
+            gid = cell.meta.get("grade_id")
+            exec(compile(replace.get(gid, cell.source), gid, "exec"), ns)
     return ns
 
 
@@ -106,18 +85,12 @@ def _run_test_cells(ns: dict) -> dict[str, str]:
     """Run every test cell in order like an autograder would; grade_id -> failure text for the failures."""
     failures = {}
     for cell in _test_cells():
+        gid = cell.meta.get("grade_id")
         try:
-            exec(compile(cell["source"], cell["grade_id"], "exec"), ns)
+            exec(compile(cell.source, gid, "exec"), ns)
         except Exception as e:  # noqa: BLE001 - any exception loses the cell's points
-            failures[cell["grade_id"]] = f"{type(e).__name__}: {e}"
+            failures[gid] = f"{type(e).__name__}: {e}"
     return failures
-
-
-def _load(path: pathlib.Path):
-    spec = importlib.util.spec_from_file_location(f"known_wrong_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 KNOWN_WRONG_FILES = sorted(KNOWN_WRONG.glob("*.py"))
@@ -127,12 +100,12 @@ def test_notebook_layout():
     ids = _solution_ids()
     assert ids == ["simulate_static", "simulate_continuous", "utilization", "lower_bound",
                    "simulate_continuous_arrivals", "expected_max", "drills"]
-    assert [c["grade_id"] for c in _test_cells()] == [f"test_{i}" for i in ids]
-    assert set(HELPERS) == {c["grade_id"] for c in _test_cells()}
+    assert [c.meta.get("grade_id") for c in _test_cells()] == [f"test_{i}" for i in ids]
+    assert set(HELPERS) == {c.meta.get("grade_id") for c in _test_cells()}
 
 
 def test_every_lesson_assert_is_visible_in_a_test_cell():
-    visible = "\n".join(_visible(c["source"]) for c in _test_cells())
+    visible = "\n".join(_visible(c.source) for c in _test_cells())
     for line in LESSON_ASSERTS:
         assert line in visible, f"lesson line missing from the visible tests: {line}"
 
@@ -150,26 +123,26 @@ def test_reference_solutions_pass_every_test_cell():
 def test_hidden_blocks_call_the_helpers():
     ns = _namespace()
     for cell in _test_cells():
-        hidden = _hidden(cell["source"])
+        hidden = _hidden(cell.source)
         assert "from servelab_autograder import ch01 as _grade" in hidden
-        exec(compile(hidden, cell["grade_id"], "exec"), ns)
+        exec(compile(hidden, cell.meta.get("grade_id"), "exec"), ns)
 
 
 def test_there_are_enough_known_wrong_submissions():
     assert len(KNOWN_WRONG_FILES) >= 6
-    covered = {gid for path in KNOWN_WRONG_FILES for gid in _load(path).REPLACE}
+    covered = {gid for path in KNOWN_WRONG_FILES for gid in load_module(path).REPLACE}
     assert covered == set(_solution_ids()), "every exercise has at least one known-wrong submission"
 
 
 @pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
 def test_known_wrong_format(path):
-    module = _load(path)
+    module = load_module(path)
     doc = (module.__doc__ or "").strip()
     assert doc and "\n" not in doc, "the docstring is one line naming the pitfall"
     assert module.REPLACE and set(module.REPLACE) <= set(_solution_ids())
     assert module.FAILS and set(module.FAILS) <= set(HELPERS)
     assert isinstance(module.MESSAGE, str) and module.MESSAGE
-    pitfalls = [c["source"] for c in _cells() if c["type"] == "markdown" and "Common pitfalls" in c["source"]]
+    pitfalls = [c.source for c in NB.cells if c.kind == "markdown" and "Common pitfalls" in c.source]
     assert len(pitfalls) == 1
     assert module.MESSAGE.lower() in pitfalls[0].replace("`", "").lower(), "the chapter names the pitfall"
     assert any(module.MESSAGE in text for text in ch01.PITFALLS.values()), "the helpers name the pitfall"
@@ -177,7 +150,7 @@ def test_known_wrong_format(path):
 
 @pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
 def test_known_wrong_is_caught_by_its_helper(path):
-    module = _load(path)
+    module = load_module(path)
     ns = _namespace(module.REPLACE)
     for gid in module.REPLACE:
         with pytest.raises(AssertionError) as info:
@@ -187,7 +160,7 @@ def test_known_wrong_is_caught_by_its_helper(path):
 
 @pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
 def test_known_wrong_loses_exactly_its_test_cells(path):
-    module = _load(path)
+    module = load_module(path)
     failures = _run_test_cells(_namespace(module.REPLACE))
     assert sorted(failures) == sorted(module.FAILS), failures
     for gid, text in failures.items():
@@ -196,7 +169,7 @@ def test_known_wrong_loses_exactly_its_test_cells(path):
 
 
 def test_messages_show_input_got_and_expected():
-    ns = _namespace(_load(KNOWN_WRONG / "static_no_wait.py").REPLACE)
+    ns = _namespace(load_module(KNOWN_WRONG / "static_no_wait.py").REPLACE)
     with pytest.raises(AssertionError) as info:
         ch01.check_simulate_static(ns["simulate_static"])
     text = str(info.value)

@@ -1,30 +1,20 @@
 """Chapter 03's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
 
-Unit-level and fast: the solution notebook's JSON is parsed and its code cells other than the test cells are
-executed in order into one namespace, as the kernel would (IPython magics dropped, matplotlib on Agg, figures
-not displayed), with a known-wrong module's REPLACE sources swapped in for the solution cells they name. Then the
-autograder's check helpers and the notebook's test cells (visible asserts and hidden block) run on that
-namespace. nbgrader grades the same cells as whole submissions in the slower autograde tests.
+Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg): only
+the cells grading needs, figures not displayed (see _Notebook). nbgrader grades the same cells as whole submissions
+in the slower autograde tests.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
-import importlib.util
-import io
-import json
+import functools
 import math
-import re
-import subprocess
-import sys
-import textwrap
-from functools import cache
-from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pytest
+from grading_harness import Notebook, caught_under_python_O, is_test, pitfall_phrase, python_source
 
 matplotlib.use("Agg")
 
@@ -33,11 +23,6 @@ from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B  # noq
 from servelab.simulator import MixedBudget, Requests, simulate  # noqa: E402
 from servelab_autograder import ch03  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENT = "ch03_token_budget"
-NOTEBOOK = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-KNOWN_WRONG = ROOT / "autograder" / "known_wrong" / ASSIGNMENT
-KNOWN_WRONG_NAMES = sorted(p.stem for p in KNOWN_WRONG.glob("*.py") if not p.stem.startswith("_"))
 EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "max_chunk", "max_backlog")
 
 # test cell -> how its hidden block's helper is called on the notebook's namespace
@@ -55,123 +40,47 @@ HELPERS = {
 # the notebook, cell by cell
 
 
-@cache
-def _cells() -> tuple[tuple[str, dict, str, tuple], ...]:
-    """(cell_type, nbgrader metadata, source, tags) for every cell, in order."""
-    nb = json.loads(NOTEBOOK.read_text())
-    return tuple((c["cell_type"], c.get("metadata", {}).get("nbgrader", {}), "".join(c["source"]),
-                  tuple(c.get("metadata", {}).get("tags", ()))) for c in nb["cells"])
+class _Notebook(Notebook):
+    """Chapter 03's notebook, run for grading: only the cells the test cells read (the walkthrough's simulations
+    and figures cannot change a grade; the notebook itself runs them all: nbval, execute). A cell that raises (a
+    setup cell running a wrong submission) stops nothing, as in nbgrader; figures are drawn, not displayed. Name
+    flow by the strict rules, and each known-wrong namespace built once."""
 
+    def __init__(self):
+        super().__init__("ch03_token_budget", strict_names=True)
+        self._wrong_namespaces: dict[str, dict] = {}
 
-def _code_cells():
-    return [(meta, src) for kind, meta, src, _ in _cells() if kind == "code"]
+    @functools.cached_property
+    def cells_the_tests_read(self) -> frozenset[str]:
+        """grade_ids of the non-test cells whose names the test cells read, directly or through other cells."""
+        needed = set().union(*(self.names(src)[1] for meta, src in self.code_cells() if is_test(meta)))
+        keep = set()
+        for meta, src in reversed(self.code_cells()):
+            bound, used = self.names(src)
+            if not is_test(meta) and (bound & needed or meta.get("solution")):
+                keep.add(meta["grade_id"])
+                needed |= used
+        return frozenset(keep)
 
+    def runs(self, meta: dict) -> bool:
+        return meta.get("grade_id") in self.cells_the_tests_read
 
-def _python(src: str) -> str:
-    """A cell's source without IPython magics (the only ones here are line magics like %matplotlib)."""
-    return "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
-
-
-def _is_test(meta: dict) -> bool:
-    return bool(meta.get("grade"))
-
-
-@cache
-def _cells_the_tests_read() -> frozenset[str]:
-    """grade_ids of the non-test cells whose names the test cells read, directly or through other cells.
-    The rest (the simulations and figures of the walkthrough) cannot change a grade, so the unit tests
-    skip them; the notebook itself runs them all (nbval, execute)."""
-    needed = set().union(*(_names(src)[1] for meta, src in _code_cells() if _is_test(meta)))
-    keep = set()
-    for meta, src in reversed(_code_cells()):
-        bound, used = _names(src)
-        if not _is_test(meta) and (bound & needed or meta.get("solution")):
-            keep.add(meta["grade_id"])
-            needed |= used
-    return frozenset(keep)
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """Execute the code cells the test cells depend on, in order, with solution cells replaced. A cell that
-    raises (a setup cell running a wrong submission) stops nothing, as in nbgrader."""
-    replace = replace or {}
-    unknown = set(replace) - {meta.get("grade_id") for meta, _ in _code_cells() if meta.get("solution")}
-    assert not unknown, f"REPLACE names cells that are not solution cells: {sorted(unknown)}"
-    ns: dict = {"__name__": "__main__"}
-    for meta, src in _code_cells():
-        if _is_test(meta) or meta.get("grade_id") not in _cells_the_tests_read():
-            continue
-        src = replace.get(meta.get("grade_id"), src)
-        with contextlib.redirect_stdout(io.StringIO()):
-            try:
-                exec(compile(_python(src), f"<cell {meta.get('grade_id')}>", "exec"), ns)
-            except Exception:  # noqa: BLE001 - only the solution must run cleanly, checked separately
-                if not replace:
-                    raise
+    def exec_cell(self, meta: dict, src: str, ns: dict, replacing: bool) -> None:
+        try:
+            super().exec_cell(meta, src, ns, replacing)
+        except Exception:  # noqa: BLE001 - only the solution must run cleanly, checked separately
+            if not replacing:
+                raise
         if "show" in ns:           # figures: drawn, not displayed
             ns["show"] = lambda fig: matplotlib.pyplot.close(fig)
-    return ns
+
+    def wrong_namespace(self, name: str) -> dict:
+        if name not in self._wrong_namespaces:
+            self._wrong_namespaces[name] = super().wrong_namespace(name)
+        return dict(self._wrong_namespaces[name])
 
 
-def _run_test_cell(grade_id: str, ns: dict) -> str | None:
-    """Run a test cell (visible asserts and hidden block) in ns; None if it passes, else its message."""
-    src = next(src for meta, src in _code_cells() if meta.get("grade_id") == grade_id)
-    try:
-        exec(compile(_python(src), f"<cell {grade_id}>", "exec"), ns)
-    except AssertionError as e:
-        return f"AssertionError: {e}"
-    except Exception as e:  # noqa: BLE001 - any other error also fails the cell, but without a pitfall
-        return f"{type(e).__name__} (not an AssertionError): {e}"
-    return None
-
-
-def _names(src: str) -> tuple[set[str], set[str]]:
-    """Top-level names a cell binds, and every name it reads."""
-    tree = ast.parse(_python(src))
-    bound = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        elif isinstance(node, ast.For):
-            bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    # names read but never stored anywhere in the cell (loop and comprehension variables, arguments and local
-    # helpers do not come from other cells)
-    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    stored |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
-    stored |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - stored
-    return bound, used
-
-
-def _affected_tests(replaced: set[str]) -> list[str]:
-    """Test cells whose outcome can change when the given solution cells are replaced (by name flow)."""
-    changed: set[str] = set()
-    tests = []
-    for meta, src in _code_cells():
-        bound, used = _names(src)
-        if _is_test(meta):
-            if used & changed:
-                tests.append(meta["grade_id"])
-        elif meta.get("grade_id") in replaced or used & changed:
-            changed |= bound
-    return tests
-
-
-@cache
-def _wrong_namespace(name: str) -> dict:
-    return _namespace(_known_wrong(name).REPLACE)
-
-
-def _known_wrong(name: str):
-    spec = importlib.util.spec_from_file_location(f"known_wrong_{name}", KNOWN_WRONG / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+NB = _Notebook()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -179,74 +88,50 @@ def _known_wrong(name: str):
 
 
 def test_notebook_follows_the_authoring_conventions():
-    nb = json.loads(NOTEBOOK.read_text())
-    assert nb["metadata"]["kernelspec"] == {"name": "servelab", "display_name": "Python (servelab)",
-                                            "language": "python"}
-    solutions = [meta["grade_id"] for meta, _ in _code_cells() if meta.get("solution")]
-    tests = {meta["grade_id"]: meta for meta, _ in _code_cells() if _is_test(meta)}
+    NB.assert_servelab_kernel()
+    solutions = NB.solution_ids()
+    tests = NB.test_cells()
     assert solutions == [*EXERCISES, "drills"]
     assert set(tests) == set(HELPERS)
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_kv_bytes_per_token": 1, "test_step_time": 3, "test_schedule": 3, "test_max_chunk": 2,
         "test_max_backlog": 2, "test_drills": 5}
-    for c in nb["cells"]:
-        meta = c.get("metadata", {}).get("nbgrader")
+    for c, meta, source in NB.conventional_code_cells():
         tags = c.get("metadata", {}).get("tags", [])
-        if c["cell_type"] == "markdown":
-            assert meta is None
-            continue
-        assert meta is not None and meta["schema_version"] == 3
-        source = "".join(c["source"])
         if meta.get("solution"):
-            assert meta == {"grade": False, "solution": True, "locked": False, "grade_id": meta["grade_id"],
-                            "schema_version": 3}
-            assert "### BEGIN SOLUTION" in source and "### END SOLUTION" in source
             # only the drills run code at top level, so only their release stub raises at once
             assert tags == (["raises-exception"] if meta["grade_id"] == "drills" else [])
             if meta["grade_id"] != "drills":
                 assert c["outputs"] == [], meta["grade_id"]
         elif meta.get("grade"):
-            assert tags == ["raises-exception"]
-            assert meta["locked"] and not meta["solution"]
             assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
             hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
             assert c["outputs"] == [], f"{meta['grade_id']} prints nothing when it passes"
-        else:
-            assert meta["locked"] and re.fullmatch(r"setup_\d+", meta["grade_id"])
 
 
 def test_setup_cells_that_run_learner_code_may_raise():
     """A setup cell that calls an exercise's function raises at once in the release (the stub): it must be
     tagged raises-exception, and the others must not be."""
-    for kind, meta, src, tags in _cells():
-        if kind != "code" or meta.get("solution") or _is_test(meta):
+    for kind, meta, src, tags in NB.cells:
+        if kind != "code" or meta.get("solution") or is_test(meta):
             continue
-        loads = {n.id for n in ast.walk(ast.parse(_python(src))) if isinstance(n, ast.Name)
+        loads = {n.id for n in ast.walk(ast.parse(python_source(src))) if isinstance(n, ast.Name)
                  and isinstance(n.ctx, ast.Load)}
         runs_learner_code = bool(loads & {*EXERCISES, "YourMixedBudget"})
         assert ("raises-exception" in tags) == runs_learner_code, meta["grade_id"]
 
 
 def test_saved_outputs_are_deterministic_text_and_png_only():
-    nb = json.loads(NOTEBOOK.read_text())
     figures = 0
-    for c in nb["cells"]:
-        for out in c.get("outputs", []):
-            assert out["output_type"] in ("stream", "execute_result", "display_data"), out["output_type"]
-            if out["output_type"] == "stream":
-                assert out["name"] == "stdout"
-                text = "".join(out["text"])
-            else:
-                figures += "image/png" in out["data"]
-                text = "".join("".join(v) for k, v in out["data"].items() if k != "image/png")
-            assert "<Figure" not in text and not re.search(r"0x[0-9a-f]{6,}", text)
-            assert "wall" not in text, "no wall-clock timings in saved outputs"
+    for text, png in NB.saved_outputs():
+        figures += png
+        assert "wall" not in text, "no wall-clock timings in saved outputs"
     assert figures == 4     # why it matters, the batch sweep, the 128K timeline, the CDFs
 
 
 def test_the_assumptions_are_stated():
-    text = " ".join(src for kind, _, src, _ in _cells() if kind == "markdown")
+    text = " ".join(src for kind, _, src, _ in NB.cells if kind == "markdown")
     for needle in ("LLaMA-2-7B", "Llama-3-8B", "Llama-3.1-8B", "H100 SXM", "H200", "989 TFLOP/s", "3.35 TB/s",
                    "4.8 TB/s", "0.5 ms", "lower bound", "integer **steps**", "float seconds"):
         assert needle in text, needle
@@ -256,20 +141,13 @@ def test_the_assumptions_are_stated():
 # the solution passes
 
 
-@cache
-def _solution_namespace() -> dict:
-    return _namespace()
-
-
 @pytest.mark.parametrize("test_cell", sorted(HELPERS))
 def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](_solution_namespace())
+    HELPERS[test_cell](NB.solution_namespace())
 
 
 def test_solution_passes_every_test_cell():
-    ns = dict(_solution_namespace())
-    failures = {g: msg for g in HELPERS if (msg := _run_test_cell(g, ns))}
-    assert not failures, failures
+    NB.assert_solution_passes_every_test_cell(HELPERS)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -277,62 +155,33 @@ def test_solution_passes_every_test_cell():
 
 
 def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    assert len(KNOWN_WRONG_NAMES) >= 6
-    pitfalls_md = next(src for kind, _, src, _ in _cells() if kind == "markdown" and "## Common pitfalls" in src)
-    plain_md = pitfalls_md.replace("`", "").replace("*", "").lower()
-    bullets = [b for b in plain_md.split("\n- ")[1:]]
-    messages = []
-    for name in KNOWN_WRONG_NAMES:
-        module = _known_wrong(name)
-        assert module.__doc__ and module.REPLACE and module.FAILS and module.MESSAGE, name
-        assert set(module.FAILS) <= set(HELPERS), name
-        # each MESSAGE is the head of one of the autograder's pitfall texts, named in "Common pitfalls"
-        assert any(text.startswith(module.MESSAGE) for text in ch03.PITFALLS.values()), name
-        phrase = module.MESSAGE.removeprefix("Pitfall: ").rstrip(".").lower()
-        assert phrase in plain_md, f"{name}: '{phrase}' is not in the Common pitfalls list"
-        messages.append(phrase)
-    assert len(set(messages)) == len(messages), "two known-wrong submissions test the same pitfall"
+    messages = NB.assert_a_known_wrong_per_pitfall(HELPERS, ch03.PITFALLS, at_least=6)
+    phrases = [pitfall_phrase(m) for m in messages]     # unique too, as the list names them
+    assert len(set(phrases)) == len(phrases), "two known-wrong submissions test the same pitfall"
     # and the other way round: every bullet of the list has its known-wrong submission
-    for bullet in bullets:
-        assert any(m in bullet for m in messages), f"no known-wrong submission for: {bullet[:80]}"
+    for bullet in NB.pitfalls_text().split("\n- ")[1:]:
+        assert any(m in bullet for m in phrases), f"no known-wrong submission for: {bullet[:80]}"
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_fails_its_checks_with_its_message(name):
-    module = _known_wrong(name)
-    ns = dict(_wrong_namespace(name))
-    for test_cell in module.FAILS:
-        with pytest.raises(AssertionError) as info:
-            HELPERS[test_cell](ns)
-        assert str(info.value).startswith(module.MESSAGE), f"{test_cell}:\n{info.value}"
+    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
     """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    module = _known_wrong(name)
-    affected = _affected_tests(set(module.REPLACE))
-    assert set(module.FAILS) <= set(affected), f"FAILS names cells that cannot depend on {sorted(module.REPLACE)}"
-    ns = dict(_wrong_namespace(name))
-    for test_cell in affected:
-        msg = _run_test_cell(test_cell, ns)
-        if test_cell in module.FAILS:
-            assert msg is not None, f"{test_cell} passed"
-            # the grader reports a failed cell by the first line of its error, cut to 160 characters
-            first_line = msg.splitlines()[0][:160]
-            assert msg.startswith("AssertionError") and module.MESSAGE in first_line, f"{test_cell}:\n{msg}"
-        else:
-            assert msg is None, f"{test_cell} should pass:\n{msg}"
+    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
 
 
 def test_the_unit_tests_run_the_cells_grading_needs():
-    assert _cells_the_tests_read() == {"setup_1", *EXERCISES, "drills"}
+    assert NB.cells_the_tests_read == {"setup_1", *EXERCISES, "drills"}
 
 
 def test_each_exercise_only_affects_its_own_test_cell():
     for exercise in EXERCISES:
-        assert _affected_tests({exercise}) == [f"test_{exercise}"], exercise
-    assert _affected_tests({"drills"}) == ["test_drills"]
+        assert NB.affected_tests({exercise}) == [f"test_{exercise}"], exercise
+    assert NB.affected_tests({"drills"}) == ["test_drills"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -372,7 +221,7 @@ def test_calling_the_reference_is_refused():
 
 
 def test_messages_show_the_input_what_came_back_and_what_was_expected():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     msg = ch03.diagnose("max_chunk", lambda *a, **k: 7, LLAMA3_8B, H100_SXM, 0.030, [1024] * 32)
     assert "max_chunk(Llama-3-8B, H100 SXM, tpot_target_s=0.03, decodes=[1024] * 32" in msg
     assert "returned 7; expected 1980" in msg and "with a chunk of 1980 the step takes" in msg
@@ -383,8 +232,8 @@ def test_messages_show_the_input_what_came_back_and_what_was_expected():
 
 
 def test_schedule_failures_name_the_step_and_the_state():
-    wrong = _known_wrong("schedule_budget_overrun").REPLACE["schedule"]
-    ns = dict(_solution_namespace())
+    wrong = NB.known_wrong("schedule_budget_overrun").REPLACE["schedule"]
+    ns = dict(NB.solution_namespace())
     exec(wrong, ns)
     with pytest.raises(AssertionError) as info:
         ch03.check_schedule(ns["schedule"])
@@ -395,7 +244,7 @@ def test_schedule_failures_name_the_step_and_the_state():
 
 
 def test_results_are_converted_not_trusted():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     # numpy numbers and whole floats are fine
     ch03.check_max_backlog(lambda *a: np.int64(ns["max_backlog"](*a)))
     ch03.check_max_chunk(lambda *a, **k: float(ns["max_chunk"](*a, **k)))
@@ -431,7 +280,7 @@ def test_learner_exceptions_and_stubs_are_reported():
 
 
 def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     answers = [ns[f"drill_{k}"] for k in range(1, 6)]
     assert answers == [expected() for _, expected, _ in ch03.DRILLS.values()]
     assert answers[0] == 23 and answers[4] == ch03.q4_plan()["limit"]
@@ -476,20 +325,7 @@ def test_drill_derivations_agree_with_the_simulator():
 
 def test_checks_do_not_rely_on_assert_statements():
     """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = _known_wrong("backlog_counts_decodes").REPLACE["max_backlog"]
-    right = next(src for meta, src in _code_cells() if meta.get("grade_id") == "max_backlog")
-    script = textwrap.dedent(f"""
-        import math
-        from servelab_autograder import ch03
-        ns = {{"math": math}}
-        exec({right!r}, ns)
-        ch03.check_max_backlog(ns["max_backlog"])
-        exec({wrong!r}, ns)
-        try:
-            ch03.check_max_backlog(ns["max_backlog"])
-        except AssertionError as e:
-            print("caught:", str(e).splitlines()[0])
-    """)
-    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "caught: Pitfall: the decodes' tokens are not prefill throughput" in out.stdout
+    wrong = NB.known_wrong("backlog_counts_decodes").REPLACE["max_backlog"]
+    out = caught_under_python_O("ch03", "check_max_backlog", "max_backlog", NB.source("max_backlog"), wrong,
+                                imports={"math": "import math"})
+    assert "caught: Pitfall: the decodes' tokens are not prefill throughput" in out

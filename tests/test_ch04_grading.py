@@ -1,39 +1,24 @@
 """Chapter 04's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
 
-Unit-level and fast: the solution notebook's JSON is parsed and its code cells other than the test cells are
-executed in order into one namespace, as the kernel would (IPython magics dropped, matplotlib on Agg), with a
-known-wrong module's REPLACE sources swapped in for the solution cells they name. Then the autograder's check
-helpers and the notebook's test cells (visible asserts and hidden block) run on that namespace. nbgrader grades
-the same cells as whole submissions in the slower autograde tests.
+Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg);
+nbgrader grades the same cells as whole submissions in the slower autograde tests.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import importlib.util
-import io
-import json
 import re
-import subprocess
-import sys
 import textwrap
-from functools import cache
-from pathlib import Path
 
 import matplotlib
 import pytest
+from grading_harness import Notebook, caught_under_python_O
 
 matplotlib.use("Agg")
 
 from servelab.radix_cache import RadixCache  # noqa: E402
 from servelab_autograder import ch04  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENT = "ch04_radix_cache"
-NOTEBOOK = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-KNOWN_WRONG = ROOT / "autograder" / "known_wrong" / ASSIGNMENT
-KNOWN_WRONG_NAMES = sorted(p.stem for p in KNOWN_WRONG.glob("*.py") if not p.stem.startswith("_"))
+NB = Notebook("ch04_radix_cache")
 
 # test cell -> how its hidden block's helper is called on the notebook's namespace
 HELPERS = {
@@ -51,145 +36,39 @@ REQUIRED = ("no split when a match ends mid-edge", "lock_ref not copied on a spl
 
 
 # --------------------------------------------------------------------------------------------------------
-# the notebook, cell by cell
-
-
-@cache
-def _cells() -> tuple[tuple[str, dict, str], ...]:
-    nb = json.loads(NOTEBOOK.read_text())
-    return tuple((c["cell_type"], c.get("metadata", {}).get("nbgrader", {}), "".join(c["source"]))
-                 for c in nb["cells"])
-
-
-def _code_cells():
-    return [(meta, src) for kind, meta, src in _cells() if kind == "code"]
-
-
-def _python(src: str) -> str:
-    return "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
-
-
-def _is_test(meta: dict) -> bool:
-    return bool(meta.get("grade"))
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """Execute every code cell except the test cells, in order, with solution cells replaced."""
-    replace = replace or {}
-    unknown = set(replace) - {meta.get("grade_id") for meta, _ in _code_cells() if meta.get("solution")}
-    assert not unknown, f"REPLACE names cells that are not solution cells: {sorted(unknown)}"
-    ns: dict = {"__name__": "__main__"}
-    for meta, src in _code_cells():
-        if _is_test(meta):
-            continue
-        src = replace.get(meta.get("grade_id"), src)
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(_python(src), f"<cell {meta.get('grade_id')}>", "exec"), ns)
-    return ns
-
-
-def _run_test_cell(grade_id: str, ns: dict) -> str | None:
-    src = next(src for meta, src in _code_cells() if meta.get("grade_id") == grade_id)
-    try:
-        exec(compile(_python(src), f"<cell {grade_id}>", "exec"), ns)
-    except AssertionError as e:
-        return f"AssertionError: {e}"
-    except Exception as e:  # noqa: BLE001 - any other error also fails the cell, but without a pitfall
-        return f"{type(e).__name__} (not an AssertionError): {e}"
-    return None
-
-
-def _names(src: str) -> tuple[set[str], set[str]]:
-    tree = ast.parse(_python(src))
-    bound = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return bound, used
-
-
-def _affected_tests(replaced: set[str]) -> list[str]:
-    changed: set[str] = set()
-    tests = []
-    for meta, src in _code_cells():
-        bound, used = _names(src)
-        if _is_test(meta):
-            if used & changed:
-                tests.append(meta["grade_id"])
-        elif meta.get("grade_id") in replaced or used & changed:
-            changed |= bound
-    return tests
-
-
-def _known_wrong(name: str):
-    spec = importlib.util.spec_from_file_location(f"known_wrong_{name}", KNOWN_WRONG / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# --------------------------------------------------------------------------------------------------------
 # the notebook's shape
 
 
 def test_notebook_follows_the_authoring_conventions():
-    nb = json.loads(NOTEBOOK.read_text())
-    assert nb["metadata"]["kernelspec"] == {"name": "servelab", "display_name": "Python (servelab)",
-                                            "language": "python"}
-    solutions = [meta["grade_id"] for meta, _ in _code_cells() if meta.get("solution")]
-    tests = {meta["grade_id"]: meta for meta, _ in _code_cells() if _is_test(meta)}
+    NB.assert_servelab_kernel()
+    solutions = NB.solution_ids()
+    tests = NB.test_cells()
     assert solutions == ["child_key", "match_len", "split_node", "match_prefix", "insert", "drills"]
     assert set(tests) == set(HELPERS)
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_child_key": 1, "test_match_len": 1, "test_split_node": 2, "test_match_prefix": 3, "test_insert": 3,
         "test_radix_cache": 2, "test_drills": 3}
-    for c in nb["cells"]:
-        meta = c.get("metadata", {}).get("nbgrader")
-        if c["cell_type"] == "markdown":
-            assert meta is None
-            continue
-        assert meta is not None and meta["schema_version"] == 3
-        source = "".join(c["source"])
+    for c, meta, source in NB.conventional_code_cells():
         if meta.get("solution"):
-            assert meta == {"grade": False, "solution": True, "locked": False, "grade_id": meta["grade_id"],
-                            "schema_version": 3}
-            assert "### BEGIN SOLUTION" in source and "### END SOLUTION" in source
             assert c["metadata"].get("tags", []) == (["raises-exception"] if meta["grade_id"] == "drills" else [])
         elif meta.get("grade"):
-            assert c["metadata"].get("tags") == ["raises-exception"]
-            assert meta["locked"] and not meta["solution"]
             hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert "### END HIDDEN TESTS" in hidden
             assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        else:
-            assert meta["locked"] and re.fullmatch(r"setup_\d+", meta["grade_id"])
         if meta.get("grade") or meta.get("solution"):
             assert c.get("outputs") == [], meta["grade_id"]
 
 
 def test_saved_outputs_are_deterministic_text_and_png_only():
-    nb = json.loads(NOTEBOOK.read_text())
     pngs = 0
-    for c in nb["cells"]:
-        for out in c.get("outputs", []):
-            assert out["output_type"] in ("stream", "execute_result", "display_data"), out["output_type"]
-            if out["output_type"] == "stream":
-                assert out["name"] == "stdout"
-                text = "".join(out["text"])
-            else:
-                pngs += "image/png" in out["data"]
-                text = "".join("".join(v) for k, v in out["data"].items() if k != "image/png")
-            assert "<Figure" not in text and not re.search(r"0x[0-9a-f]{6,}", text)
-            assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
+    for text, png in NB.saved_outputs():
+        pngs += png
+        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
     assert pngs >= 1
 
 
 def test_the_lesson_figures_are_in_the_saved_outputs():
-    nb = json.loads(NOTEBOOK.read_text())
+    nb = NB.read()
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
     assert "198,000 from the cache" in text and "177,408 from the cache" in text
     assert "KV of one copy of the 2000-token prompt: 1,000 MiB" in text
@@ -199,20 +78,13 @@ def test_the_lesson_figures_are_in_the_saved_outputs():
 # the solution passes
 
 
-@cache
-def _solution_namespace() -> dict:
-    return _namespace()
-
-
 @pytest.mark.parametrize("test_cell", sorted(HELPERS))
 def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](_solution_namespace())
+    HELPERS[test_cell](NB.solution_namespace())
 
 
 def test_solution_passes_every_test_cell():
-    ns = dict(_solution_namespace())
-    failures = {g: msg for g in HELPERS if (msg := _run_test_cell(g, ns))}
-    assert not failures, failures
+    NB.assert_solution_passes_every_test_cell(HELPERS)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -220,57 +92,26 @@ def test_solution_passes_every_test_cell():
 
 
 def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    assert len(KNOWN_WRONG_NAMES) >= 5
-    pitfalls_md = next(src for kind, _, src in _cells() if kind == "markdown" and "## Common pitfalls" in src)
-    plain_md = pitfalls_md.replace("`", "").replace("*", "").lower()
-    messages = []
-    for name in KNOWN_WRONG_NAMES:
-        module = _known_wrong(name)
-        assert module.__doc__ and module.REPLACE and module.FAILS and module.MESSAGE, name
-        assert set(module.FAILS) <= set(HELPERS), name
-        assert any(text.startswith(module.MESSAGE) for text in ch04.PITFALLS.values()), name
-        phrase = module.MESSAGE.removeprefix("Pitfall: ").rstrip(".").lower()
-        assert phrase in plain_md, f"{name}: '{phrase}' is not in the Common pitfalls list"
-        messages.append(module.MESSAGE)
-    assert len(set(messages)) == len(messages), "two known-wrong submissions test the same pitfall"
-    lowered = [m.lower() for m in messages]
-    for required in REQUIRED:
-        assert any(required in m for m in lowered), f"no known-wrong submission for '{required}'"
+    NB.assert_a_known_wrong_per_pitfall(HELPERS, ch04.PITFALLS, at_least=5, required=REQUIRED)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_fails_its_checks_with_its_message(name):
-    module = _known_wrong(name)
-    ns = _namespace(module.REPLACE)
-    for test_cell in module.FAILS:
-        with pytest.raises(AssertionError) as info:
-            HELPERS[test_cell](ns)
-        assert str(info.value).startswith(module.MESSAGE), f"{test_cell}:\n{info.value}"
+    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
     """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    module = _known_wrong(name)
-    affected = _affected_tests(set(module.REPLACE))
-    assert set(module.FAILS) <= set(affected), f"FAILS names cells that cannot depend on {sorted(module.REPLACE)}"
-    ns = _namespace(module.REPLACE)
-    for test_cell in affected:
-        msg = _run_test_cell(test_cell, ns)
-        if test_cell in module.FAILS:
-            assert msg is not None, f"{test_cell} passed"
-            first_line = msg.splitlines()[0][:160]
-            assert msg.startswith("AssertionError") and module.MESSAGE in first_line, f"{test_cell}:\n{msg}"
-        else:
-            assert msg is None, f"{test_cell} should pass:\n{msg}"
+    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
 
 
 def test_dependencies_between_cells_are_what_the_chapter_says():
     for grade_id, test in [("child_key", "test_child_key"), ("match_len", "test_match_len"),
                            ("split_node", "test_split_node"), ("match_prefix", "test_match_prefix"),
                            ("insert", "test_insert")]:
-        assert _affected_tests({grade_id}) == [test, "test_radix_cache"]
-    assert _affected_tests({"drills"}) == ["test_drills"]
+        assert NB.affected_tests({grade_id}) == [test, "test_radix_cache"]
+    assert NB.affected_tests({"drills"}) == ["test_drills"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -388,7 +229,7 @@ def test_a_split_that_leaves_an_empty_edge_is_refused_before_it_loops():
 
 
 def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"]]
     assert answers == [int(q[1]()) for q in ch04.DRILLS.values()] == [298_500, 750, 232]
     with pytest.raises(AssertionError, match="only the other 199 skip it"):
@@ -401,19 +242,6 @@ def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
 
 def test_checks_do_not_rely_on_assert_statements():
     """Under python -O the checks still fail a wrong submission and pass the right one."""
-    solution = next(src for meta, src in _code_cells() if meta.get("grade_id") == "split_node")
-    wrong = _known_wrong("split_no_lock_copy").REPLACE["split_node"]
-    script = textwrap.dedent(f"""
-        from servelab_autograder import ch04
-        ns = {{}}
-        exec({solution!r}, ns)
-        ch04.check_split_node(ns["_split_node"])
-        exec({wrong!r}, ns)
-        try:
-            ch04.check_split_node(ns["_split_node"])
-        except AssertionError as e:
-            print("caught:", str(e).splitlines()[0])
-    """)
-    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "caught: Pitfall: lock_ref not copied on a split" in out.stdout
+    wrong = NB.known_wrong("split_no_lock_copy").REPLACE["split_node"]
+    out = caught_under_python_O("ch04", "check_split_node", "_split_node", NB.source("split_node"), wrong)
+    assert "caught: Pitfall: lock_ref not copied on a split" in out

@@ -1,29 +1,18 @@
 """Chapter 05's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
 
-Unit-level and fast: the solution notebook's JSON is parsed and its code cells other than the test cells are
-executed in order into one namespace, as the kernel would (IPython magics dropped, matplotlib on Agg), with a
-known-wrong module's REPLACE sources swapped in for the solution cells they name. Then the autograder's check
-helpers and the notebook's test cells (visible asserts and hidden block) run on that namespace. nbgrader grades
-the same cells as whole submissions in the slower autograde tests.
+Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg);
+nbgrader grades the same cells as whole submissions in the slower autograde tests.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import heapq
-import importlib.util
-import io
-import json
 import re
-import subprocess
-import sys
 import textwrap
-from functools import cache
-from pathlib import Path
 
 import matplotlib
 import pytest
+from grading_harness import Notebook, caught_under_python_O
 
 matplotlib.use("Agg")
 
@@ -31,11 +20,7 @@ from servelab.radix_cache import RadixCache  # noqa: E402
 from servelab.radix_scheduler import RadixScheduler  # noqa: E402
 from servelab_autograder import ch04, ch05  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENT = "ch05_lock_ref_eviction"
-NOTEBOOK = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-KNOWN_WRONG = ROOT / "autograder" / "known_wrong" / ASSIGNMENT
-KNOWN_WRONG_NAMES = sorted(p.stem for p in KNOWN_WRONG.glob("*.py") if not p.stem.startswith("_"))
+NB = Notebook("ch05_lock_ref_eviction")
 
 # test cell -> how its hidden block's helper is called on the notebook's namespace
 HELPERS = {
@@ -52,145 +37,39 @@ REQUIRED = ("emptied parents not evicted in the same call", "evicting a locked n
 
 
 # --------------------------------------------------------------------------------------------------------
-# the notebook, cell by cell
-
-
-@cache
-def _cells() -> tuple[tuple[str, dict, str], ...]:
-    nb = json.loads(NOTEBOOK.read_text())
-    return tuple((c["cell_type"], c.get("metadata", {}).get("nbgrader", {}), "".join(c["source"]))
-                 for c in nb["cells"])
-
-
-def _code_cells():
-    return [(meta, src) for kind, meta, src in _cells() if kind == "code"]
-
-
-def _python(src: str) -> str:
-    return "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
-
-
-def _is_test(meta: dict) -> bool:
-    return bool(meta.get("grade"))
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """Execute every code cell except the test cells, in order, with solution cells replaced."""
-    replace = replace or {}
-    unknown = set(replace) - {meta.get("grade_id") for meta, _ in _code_cells() if meta.get("solution")}
-    assert not unknown, f"REPLACE names cells that are not solution cells: {sorted(unknown)}"
-    ns: dict = {"__name__": "__main__"}
-    for meta, src in _code_cells():
-        if _is_test(meta):
-            continue
-        src = replace.get(meta.get("grade_id"), src)
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(_python(src), f"<cell {meta.get('grade_id')}>", "exec"), ns)
-    return ns
-
-
-def _run_test_cell(grade_id: str, ns: dict) -> str | None:
-    src = next(src for meta, src in _code_cells() if meta.get("grade_id") == grade_id)
-    try:
-        exec(compile(_python(src), f"<cell {grade_id}>", "exec"), ns)
-    except AssertionError as e:
-        return f"AssertionError: {e}"
-    except Exception as e:  # noqa: BLE001 - any other error also fails the cell, but without a pitfall
-        return f"{type(e).__name__} (not an AssertionError): {e}"
-    return None
-
-
-def _names(src: str) -> tuple[set[str], set[str]]:
-    tree = ast.parse(_python(src))
-    bound = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return bound, used
-
-
-def _affected_tests(replaced: set[str]) -> list[str]:
-    changed: set[str] = set()
-    tests = []
-    for meta, src in _code_cells():
-        bound, used = _names(src)
-        if _is_test(meta):
-            if used & changed:
-                tests.append(meta["grade_id"])
-        elif meta.get("grade_id") in replaced or used & changed:
-            changed |= bound
-    return tests
-
-
-def _known_wrong(name: str):
-    spec = importlib.util.spec_from_file_location(f"known_wrong_{name}", KNOWN_WRONG / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# --------------------------------------------------------------------------------------------------------
 # the notebook's shape
 
 
 def test_notebook_follows_the_authoring_conventions():
-    nb = json.loads(NOTEBOOK.read_text())
-    assert nb["metadata"]["kernelspec"] == {"name": "servelab", "display_name": "Python (servelab)",
-                                            "language": "python"}
-    solutions = [meta["grade_id"] for meta, _ in _code_cells() if meta.get("solution")]
-    tests = {meta["grade_id"]: meta for meta, _ in _code_cells() if _is_test(meta)}
+    NB.assert_servelab_kernel()
+    solutions = NB.solution_ids()
+    tests = NB.test_cells()
     assert solutions == ["inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req", "drills"]
     assert set(tests) == set(HELPERS)
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_inc_lock_ref": 1, "test_dec_lock_ref": 1, "test_evict": 3, "test_cache_finished_req": 2,
         "test_scheduler": 2, "test_drills": 3}
-    for c in nb["cells"]:
-        meta = c.get("metadata", {}).get("nbgrader")
-        if c["cell_type"] == "markdown":
-            assert meta is None
-            continue
-        assert meta is not None and meta["schema_version"] == 3
-        source = "".join(c["source"])
+    for c, meta, source in NB.conventional_code_cells():
         if meta.get("solution"):
-            assert meta == {"grade": False, "solution": True, "locked": False, "grade_id": meta["grade_id"],
-                            "schema_version": 3}
-            assert "### BEGIN SOLUTION" in source and "### END SOLUTION" in source
             assert c["metadata"].get("tags", []) == (["raises-exception"] if meta["grade_id"] == "drills" else [])
         elif meta.get("grade"):
-            assert c["metadata"].get("tags") == ["raises-exception"]
-            assert meta["locked"] and not meta["solution"]
             hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert "### END HIDDEN TESTS" in hidden
             assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        else:
-            assert meta["locked"] and re.fullmatch(r"setup_\d+", meta["grade_id"])
         if meta.get("grade") or meta.get("solution"):
             assert c.get("outputs") == [], meta["grade_id"]
 
 
 def test_saved_outputs_are_deterministic_text_and_png_only():
-    nb = json.loads(NOTEBOOK.read_text())
     pngs = 0
-    for c in nb["cells"]:
-        for out in c.get("outputs", []):
-            assert out["output_type"] in ("stream", "execute_result", "display_data"), out["output_type"]
-            if out["output_type"] == "stream":
-                assert out["name"] == "stdout"
-                text = "".join(out["text"])
-            else:
-                pngs += "image/png" in out["data"]
-                text = "".join("".join(v) for k, v in out["data"].items() if k != "image/png")
-            assert "<Figure" not in text and not re.search(r"0x[0-9a-f]{6,}", text)
-            assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
+    for text, png in NB.saved_outputs():
+        pngs += png
+        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
     assert pngs >= 1
 
 
 def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
-    nb = json.loads(NOTEBOOK.read_text())
+    nb = NB.read()
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
     assert "512 tokens 40%" in text and "1024 tokens 83%" in text
     assert "evict(4) -> [12, 30, 31, 32]" in text
@@ -201,20 +80,13 @@ def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
 # the solution passes
 
 
-@cache
-def _solution_namespace() -> dict:
-    return _namespace()
-
-
 @pytest.mark.parametrize("test_cell", sorted(HELPERS))
 def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](_solution_namespace())
+    HELPERS[test_cell](NB.solution_namespace())
 
 
 def test_solution_passes_every_test_cell():
-    ns = dict(_solution_namespace())
-    failures = {g: msg for g in HELPERS if (msg := _run_test_cell(g, ns))}
-    assert not failures, failures
+    NB.assert_solution_passes_every_test_cell(HELPERS)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -222,55 +94,24 @@ def test_solution_passes_every_test_cell():
 
 
 def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    assert len(KNOWN_WRONG_NAMES) >= 5
-    pitfalls_md = next(src for kind, _, src in _cells() if kind == "markdown" and "## Common pitfalls" in src)
-    plain_md = pitfalls_md.replace("`", "").replace("*", "").lower()
-    messages = []
-    for name in KNOWN_WRONG_NAMES:
-        module = _known_wrong(name)
-        assert module.__doc__ and module.REPLACE and module.FAILS and module.MESSAGE, name
-        assert set(module.FAILS) <= set(HELPERS), name
-        assert any(text.startswith(module.MESSAGE) for text in ch05.PITFALLS.values()), name
-        phrase = module.MESSAGE.removeprefix("Pitfall: ").rstrip(".").lower()
-        assert phrase in plain_md, f"{name}: '{phrase}' is not in the Common pitfalls list"
-        messages.append(module.MESSAGE)
-    assert len(set(messages)) == len(messages), "two known-wrong submissions test the same pitfall"
-    lowered = [m.lower() for m in messages]
-    for required in REQUIRED:
-        assert any(required in m for m in lowered), f"no known-wrong submission for '{required}'"
+    NB.assert_a_known_wrong_per_pitfall(HELPERS, ch05.PITFALLS, at_least=5, required=REQUIRED)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_fails_its_checks_with_its_message(name):
-    module = _known_wrong(name)
-    ns = _namespace(module.REPLACE)
-    for test_cell in module.FAILS:
-        with pytest.raises(AssertionError) as info:
-            HELPERS[test_cell](ns)
-        assert str(info.value).startswith(module.MESSAGE), f"{test_cell}:\n{info.value}"
+    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
     """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    module = _known_wrong(name)
-    affected = _affected_tests(set(module.REPLACE))
-    assert set(module.FAILS) <= set(affected), f"FAILS names cells that cannot depend on {sorted(module.REPLACE)}"
-    ns = _namespace(module.REPLACE)
-    for test_cell in affected:
-        msg = _run_test_cell(test_cell, ns)
-        if test_cell in module.FAILS:
-            assert msg is not None, f"{test_cell} passed"
-            first_line = msg.splitlines()[0][:160]
-            assert msg.startswith("AssertionError") and module.MESSAGE in first_line, f"{test_cell}:\n{msg}"
-        else:
-            assert msg is None, f"{test_cell} should pass:\n{msg}"
+    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
 
 
 def test_dependencies_between_cells_are_what_the_chapter_says():
     for grade_id in ("inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req"):
-        assert _affected_tests({grade_id}) == [f"test_{grade_id}", "test_scheduler"]
-    assert _affected_tests({"drills"}) == ["test_drills"]
+        assert NB.affected_tests({grade_id}) == [f"test_{grade_id}", "test_scheduler"]
+    assert NB.affected_tests({"drills"}) == ["test_drills"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -371,7 +212,7 @@ def test_an_eviction_of_a_locked_node_is_named_even_when_the_code_differs():
 
 
 def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"]]
     assert answers == [int(q[1]()) for q in ch05.DRILLS.values()] == [27, 370, 30]
     with pytest.raises(AssertionError, match="That is first come, first served"):
@@ -384,19 +225,7 @@ def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
 
 def test_checks_do_not_rely_on_assert_statements():
     """Under python -O the checks still fail a wrong submission and pass the right one."""
-    solution = next(src for meta, src in _code_cells() if meta.get("grade_id") == "cache_finished_req")
-    wrong = _known_wrong("finish_no_unlock").REPLACE["cache_finished_req"]
-    script = textwrap.dedent(f"""
-        from servelab_autograder import ch05
-        ns = {{}}
-        exec({solution!r}, ns)
-        ch05.check_cache_finished_req(ns["cache_finished_req"])
-        exec({wrong!r}, ns)
-        try:
-            ch05.check_cache_finished_req(ns["cache_finished_req"])
-        except AssertionError as e:
-            print("caught:", str(e).splitlines()[0])
-    """)
-    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "caught: Pitfall: forgot to unlock on finish or preemption" in out.stdout
+    wrong = NB.known_wrong("finish_no_unlock").REPLACE["cache_finished_req"]
+    out = caught_under_python_O("ch05", "check_cache_finished_req", "cache_finished_req",
+                                NB.source("cache_finished_req"), wrong)
+    assert "caught: Pitfall: forgot to unlock on finish or preemption" in out

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 import random
-import reprlib
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from servelab import batching as ref
+from servelab_autograder import common
 
 __all__ = [
     "DRILLS",
@@ -85,35 +84,22 @@ PITFALLS = {
     "not its inverse.",
 }
 
-_short = reprlib.Repr()
-_short.maxlist = _short.maxtuple = 24
-_short.maxlevel = 3
-_short.maxother = 120
-_short.maxstring = 120
+_short = common.short_repr(24, 120)
 
 
 # --------------------------------------------------------------------------------------------------------
 # converting what the learner returned into plain values
 
 
-class _Shape(Exception):
-    """The learner's result does not have the promised shape (message in the learner's terms)."""
+_Shape = common.Shape      # the learner's result does not have the promised shape
 
 
 def _as_int(x, what: str) -> int:
-    if isinstance(x, bool):
-        raise _Shape(f"{what} is {x!r}, a bool; expected an integer")
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
-        return int(float(x))
-    raise _Shape(f"{what} is {_short.repr(x)}; expected a whole number of steps")
+    return common.as_int(x, what, "steps", _short)
 
 
 def _as_float(x, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise _Shape(f"{what} is {_short.repr(x)} ({type(x).__name__}); expected a number")
-    return float(x)
+    return common.as_float(x, what, _short)
 
 
 def _as_int_list(x, n: int, what: str) -> list[int]:
@@ -440,7 +426,7 @@ def _check_case(ex: _Exercise, fn, args) -> None:
     try:
         raw = fn(*mine)
     except NotImplementedError:
-        raise AssertionError(f"{call} raised NotImplementedError: fill in the function first") from None
+        raise AssertionError(common.not_filled(call)) from None
     except Exception as e:
         raise AssertionError(f"{call} raised {type(e).__name__}: {e}") from e
     if list(mine) != list(args):  # plain lists of numbers on both sides
@@ -597,15 +583,9 @@ def _drill_pitfall(name: str, got: float, want: float) -> str | None:
 def check_drills(answers) -> None:
     """Hidden test of the drills. ``answers``: a mapping with ``drill_1``..``drill_3`` (e.g. ``globals()``)
     or a sequence of the three values in order."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, Sequence) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, expected, abs_tol, rel_tol) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
+    for name, (question, expected, abs_tol, rel_tol), answer in common.drill_answers(answers, DRILLS):
         try:
-            got = _as_float(answers[name], name)
+            got = _as_float(answer, name)
         except _Shape as e:
             raise AssertionError(f"{e} ({question})") from None
         want = float(expected())

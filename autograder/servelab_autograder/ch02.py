@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import numbers
 import random
-import reprlib
-import sys
-from collections.abc import Callable, Mapping
-from collections.abc import Sequence as SequenceABC
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import servelab.scheduler as ref
 from servelab.engine import Engine, expected, fake_model
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
+from servelab_autograder import common
 
 __all__ = [
     "DRILLS",
@@ -98,11 +95,7 @@ PITFALLS = {
     "in use costs nothing, but a hit on a freed block still takes an entry out of the free list.",
 }
 
-_short = reprlib.Repr()
-_short.maxlist = _short.maxtuple = 16
-_short.maxlevel = 3
-_short.maxother = 80
-_short.maxstring = 80
+_short = common.short_repr(16, 80)
 
 _MAX_STEPS = 5000          # more steps than any case needs: the reference finishes every case well before
 _RANDOM_SEED = 2024        # the seeded random workloads; every check draws the same ones
@@ -390,8 +383,7 @@ def _make_ref(case: _Case) -> Scheduler:
     return Scheduler(case.num_blocks, case.block_size, case.budget, case.max_num_seqs, case.eos, case.cache)
 
 
-class _LearnerError(Exception):
-    """The learner's code raised or returned something malformed (message in their terms)."""
+_LearnerError = common.LearnerError
 
 
 def _attempt(fn, what: str):
@@ -399,18 +391,8 @@ def _attempt(fn, what: str):
         return fn()
     except _ReferenceCalled:
         raise
-    except NotImplementedError:
-        raise _LearnerError(f"{what} raised NotImplementedError: fill in the function first") from None
     except Exception as e:  # noqa: BLE001 - anything the learner's code raises is reported, not re-raised
-        raise _LearnerError(f"{what} raised {type(e).__name__}: {e}{_raised_in(e)}") from None
-
-
-def _raised_in(e: BaseException) -> str:
-    """' (in BlockManager.allocate)': the function the exception came from, when it is not the caller's."""
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return f" (in {tb.tb_frame.f_code.co_qualname})" if tb is not None else ""
+        raise common.learner_error(what, e) from None
 
 
 def _unpack_schedule(result, side: _Side):
@@ -446,68 +428,29 @@ class _ReferenceCalled(AssertionError):
     pass
 
 
-def _codes(*fns) -> dict:
-    return {fn.__code__: fn.__qualname__ for fn in fns}
-
-
-# learner function -> (what it replaces, {code object of the reference it must not call: its name})
+# learner function -> what it replaces in servelab.scheduler
+_REPLACES = {"schedule": "Scheduler.schedule", "preempt": "Scheduler.preempt", "postprocess": "Scheduler.postprocess",
+             "can_allocate": "BlockManager.can_allocate", "needs_new_block": "needs_new_block"}
+# learner function -> {code object of the reference it must not call: its name}
 _FORBIDDEN = {
-    "schedule": ("Scheduler.schedule", _codes(Scheduler.schedule)),
-    "preempt": ("Scheduler.preempt", _codes(Scheduler.preempt)),
-    "postprocess": ("Scheduler.postprocess", _codes(Scheduler.postprocess)),
-    "can_allocate": ("BlockManager.can_allocate", _codes(BlockManager.can_allocate, BlockManager._cached_prefix)),
-    "needs_new_block": ("needs_new_block", _codes(ref.needs_new_block)),
+    "schedule": common.codes(Scheduler.schedule),
+    "preempt": common.codes(Scheduler.preempt),
+    "postprocess": common.codes(Scheduler.postprocess),
+    "can_allocate": common.codes(BlockManager.can_allocate, BlockManager._cached_prefix),
+    "needs_new_block": common.codes(ref.needs_new_block),
 }
-_active: list[str] = []   # learner methods currently running (innermost last)
+_WATCH = common.ReferenceWatch(_FORBIDDEN, _ReferenceCalled)
+_wrap = _WATCH.wrap
 
 
 def _reject_reference(fn, key: str) -> None:
-    what, codes = _FORBIDDEN[key]
-    if not callable(fn):
-        raise AssertionError(f"{key} is {_short.repr(fn)}, not a function")
-    if isinstance(fn, functools.partial):
-        fn = fn.func
-    code = getattr(fn, "__code__", None)
-    if code in codes:
-        raise AssertionError(f"{key} is servelab.scheduler.{what} itself; write your own version")
+    common.reject_reference(fn, key, _FORBIDDEN[key], _short, f"servelab.scheduler.{_REPLACES[key]}")
 
 
-def _wrap(fn, key: str):
-    """The learner's function, marking the time it runs (reference calls made meanwhile are refused)."""
-    def method(*args, **kwargs):
-        _active.append(key)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _active.pop()
-    method.__name__ = method.__qualname__ = key
-    return method
-
-
-@contextlib.contextmanager
 def _no_reference_calls():
     """Raise if the learner's code calls the reference it is being compared with (super(), an import of
     servelab.scheduler's function, a copy of its code)."""
-    hits: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "call" and _active:
-            code = frame.f_code
-            for key in _active:
-                if code in _FORBIDDEN[key][1]:
-                    hits.append((key, _FORBIDDEN[key][1][code]))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-        if hits:
-            key, called = hits[0]
-            raise _ReferenceCalled(
-                f"your {key} calls servelab.scheduler.{called} (through self, super(), an import or a copy): "
-                f"the checks compare your code with that reference, so write {key} yourself")
+    return _WATCH.no_calls("servelab.scheduler")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -703,16 +646,11 @@ def _scheduler_class(who: str, **methods) -> type:
     return type(who, (Scheduler,), {key: _wrap(fn, key) for key, fn in methods.items()})
 
 
-def _watched(i: int) -> bool:
-    """Whether the i-th case of a check runs under the reference-call watch (which slows it down)."""
-    return i < 2 or i % 10 == 0
-
-
 def _run_cases(cls: type, who: str, cases) -> None:
     make = lambda case: cls(case.num_blocks, case.block_size, case.budget, case.max_num_seqs, case.eos,
                             case.cache)
     for i, case in enumerate(cases):
-        with _no_reference_calls() if _watched(i) else contextlib.nullcontext():
+        with _no_reference_calls() if common.watched(i) else contextlib.nullcontext():
             _lockstep(case, make, who)
 
 
@@ -850,8 +788,7 @@ def check_needs_new_block(fn) -> None:
             try:
                 got = fn(n, bs)
             except NotImplementedError:
-                raise AssertionError("needs_new_block raised NotImplementedError: fill in the function "
-                                     "first") from None
+                raise AssertionError(common.not_filled("needs_new_block")) from None
             except Exception as e:  # noqa: BLE001
                 raise AssertionError(f"needs_new_block({n}, {bs}) raised {type(e).__name__}: {e}") from None
             if not isinstance(got, bool):
@@ -940,7 +877,7 @@ def _checked_can_allocate(fn, ctx: _CanAllocateContext):
         except _ReferenceCalled:
             raise
         except NotImplementedError:
-            raise AssertionError("can_allocate raised NotImplementedError: fill in the function first") from None
+            raise AssertionError(common.not_filled("can_allocate")) from None
         except Exception as e:  # noqa: BLE001
             raise AssertionError(f"can_allocate({seq.name}) raised {type(e).__name__}: {e}{_where(ctx)}") from None
         if _bm_state(self) != before:
@@ -984,7 +921,7 @@ def check_can_allocate(fn) -> None:
         ctx.case, ctx.engine = case, Engine(sch)
         arrivals = {k: [Sequence(list(r.prompt), SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos),
                                  name=r.name) for r in group] for k, group in case.arrivals}
-        with _no_reference_calls() if _watched(i) else contextlib.nullcontext():
+        with _no_reference_calls() if common.watched(i) else contextlib.nullcontext():
             try:
                 ctx.engine.run(arrivals=arrivals)
             except AssertionError as e:
@@ -1046,23 +983,7 @@ DRILLS = {
 def check_drills(answers) -> None:
     """Hidden test of the drills. ``answers``: a mapping with ``drill_1``..``drill_3`` (e.g. ``globals()``)
     or a sequence of the three values in order."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, SequenceABC) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, compute, hints) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
-        got = answers[name]
-        if isinstance(got, bool) or not isinstance(got, numbers.Real) or not math.isfinite(float(got)) \
-                or not float(got).is_integer():
-            raise AssertionError(f"{name} is {_short.repr(got)}; the {question} is a whole number")
-        got, want = int(got), int(compute())
-        if got != want:
-            msg = f"{name} = {got}, but that is not the {question}."
-            if got in hints:
-                msg += "\n" + hints[got]
-            raise AssertionError(msg)
+    common.check_whole_number_drills(answers, DRILLS, _short)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1081,13 +1002,5 @@ _CHECKS = {
 def diagnose(exercise: str, obj) -> str:
     """What the hidden check of ``exercise`` says about ``obj`` (the learner's function, or their Scheduler
     class for ``"lesson_step2"``), without raising. Meant as a visible assert's message."""
-    check = _CHECKS.get(exercise)
-    if check is None:
-        return f"no check named {exercise!r}"
-    try:
-        check(obj)
-    except Exception as e:  # noqa: BLE001 - the message is the point
-        return str(e)
-    return (f"{exercise} agrees with nano-vllm on every workload of the checks, but not on this assert's "
-            "case: compare your code with the rule the assert states")
+    return common.diagnose(_CHECKS, exercise, obj, "nano-vllm on every workload of the checks")
 

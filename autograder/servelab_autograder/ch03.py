@@ -26,14 +26,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import math
-import numbers
 import random
-import reprlib
-import sys
-from collections.abc import Callable, Mapping
-from collections.abc import Sequence as SequenceABC
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +36,7 @@ import numpy as np
 from servelab import costmodel
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
+from servelab_autograder import common
 
 __all__ = [
     "DRILLS",
@@ -106,11 +102,7 @@ PITFALLS = {
     "negative number.",
 }
 
-_short = reprlib.Repr()
-_short.maxlist = _short.maxtuple = 12
-_short.maxlevel = 3
-_short.maxother = 120
-_short.maxstring = 120
+_short = common.short_repr(12, 120)
 
 _REL = 1e-9          # float answers: the learner may add the terms in another order
 
@@ -119,42 +111,20 @@ _REL = 1e-9          # float answers: the learner may add the terms in another o
 # plain values out of what the learner returned
 
 
-class _Shape(Exception):
-    """The learner's result does not have the promised shape (message in the learner's terms)."""
-
-
-class _LearnerError(Exception):
-    """The learner's code raised (message in their terms)."""
+_Shape = common.Shape                   # the learner's result does not have the promised shape
+_LearnerError = common.LearnerError     # the learner's code raised (message in their terms)
 
 
 def _as_float(x, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise _Shape(f"{what} is {_short.repr(x)} ({type(x).__name__}); expected a number")
-    x = float(x)
-    if not math.isfinite(x):
-        raise _Shape(f"{what} is {x}; expected a finite number")
-    return x
+    return common.as_float(x, what, _short, finite=True)
 
 
 def _as_int(x, what: str) -> int:
-    if isinstance(x, bool):
-        raise _Shape(f"{what} is {x!r}, a bool; expected an integer")
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
-        return int(float(x))
-    raise _Shape(f"{what} is {_short.repr(x)}; expected a whole number of tokens")
+    return common.as_int(x, what, "tokens", _short)
 
 
 def _close(a: float, b: float, rel: float = _REL) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-15)
-
-
-def _raised_in(e: BaseException) -> str:
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return f" (in {tb.tb_frame.f_code.co_qualname})" if tb is not None else ""
 
 
 _in_learner: list[str] = []      # set while the learner's code runs (calls to the reference are refused then)
@@ -166,12 +136,21 @@ def _call(fn, what: str, *args, **kwargs):
         return fn(*args, **kwargs)
     except _ReferenceCalled:
         raise
-    except NotImplementedError:
-        raise _LearnerError(f"{what} raised NotImplementedError: fill in the function first") from None
     except Exception as e:  # noqa: BLE001 - anything the learner's code raises is reported, not re-raised
-        raise _LearnerError(f"{what} raised {type(e).__name__}: {e}{_raised_in(e)}") from None
+        raise common.learner_error(what, e) from None
     finally:
         _in_learner.pop()
+
+
+def _returned(convert, fn, call: str, *args, **kwargs):
+    """What the learner's ``fn(*args, **kwargs)`` returned, converted to a plain value by ``convert``; what it
+    raised, or a result of another shape, fails the check with a message that shows ``call``."""
+    try:
+        return convert(_call(fn, call, *args, **kwargs), "the result")
+    except _Shape as e:
+        raise AssertionError(f"{call} returned something else: {e}") from None
+    except _LearnerError as e:
+        raise AssertionError(str(e)) from None
 
 
 def _fail(msg: str, pitfall: str | None = None):
@@ -186,16 +165,12 @@ class _ReferenceCalled(AssertionError):
     pass
 
 
-def _codes(*fns) -> dict:
-    return {fn.__code__: f"{fn.__module__}.{fn.__qualname__}" for fn in fns}
-
-
 _FORBIDDEN = {
-    "step_time": _codes(costmodel.step_time, costmodel.step_cost, costmodel.cost_from_totals,
-                        costmodel.StepCost.seconds),
-    "schedule": _codes(MixedBudget.schedule, MixedBudget._shortest_first),
-    "max_chunk": _codes(costmodel.max_prefill_chunk, costmodel._largest_fitting),
-    "max_backlog": _codes(costmodel.max_backlog_tokens),
+    "step_time": common.codes(costmodel.step_time, costmodel.step_cost, costmodel.cost_from_totals,
+                              costmodel.StepCost.seconds, module=True),
+    "schedule": common.codes(MixedBudget.schedule, MixedBudget._shortest_first, module=True),
+    "max_chunk": common.codes(costmodel.max_prefill_chunk, costmodel._largest_fitting, module=True),
+    "max_backlog": common.codes(costmodel.max_backlog_tokens, module=True),
 }
 
 
@@ -210,24 +185,15 @@ def _no_reference_calls(key: str):
         if event == "call" and _in_learner and frame.f_code in forbidden:
             hits.append(forbidden[frame.f_code])
 
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with common.profiling(profile):
         yield
-    finally:
-        sys.setprofile(previous)
     if hits:
         raise _ReferenceCalled(f"your {key} calls {hits[0]}, the reference it is checked against: write "
                                f"{key} without it")
 
 
 def _reject_reference(fn, key: str) -> None:
-    if not callable(fn):
-        raise AssertionError(f"{key} is {_short.repr(fn)}, not a function")
-    inner = fn.func if isinstance(fn, functools.partial) else fn
-    code = getattr(inner, "__code__", None)
-    if code in _FORBIDDEN[key]:
-        raise AssertionError(f"{key} is {_FORBIDDEN[key][code]} itself; write your own version")
+    common.reject_reference(fn, key, _FORBIDDEN[key], _short)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -314,12 +280,7 @@ def _kv_pitfall(m: _Shapes, got: float, want: float) -> str | None:
 
 def _check_kv_case(fn, m: _Shapes) -> None:
     call = f"kv_bytes_per_token(<{m.describe()}>)"
-    try:
-        got = _as_float(_call(fn, call, m), "the result")
-    except _Shape as e:
-        raise AssertionError(f"{call} returned something else: {e}") from None
-    except _LearnerError as e:
-        raise AssertionError(str(e)) from None
+    got = _returned(_as_float, fn, call, m)
     want = _kv_ref(m)
     if not _close(got, want):
         _fail(f"{call} returned {got:,.6g}; expected {want:,.6g} bytes", _kv_pitfall(m, got, want))
@@ -328,8 +289,7 @@ def _check_kv_case(fn, m: _Shapes) -> None:
 def check_kv_bytes_per_token(fn) -> None:
     """Hidden test of exercise 1: the published models, their fp8-cache variants, 120 random shapes
     (GQA, MQA, hidden_size != num_heads x head_dim, weights and cache in different precisions)."""
-    if not callable(fn):
-        raise AssertionError(f"kv_bytes_per_token is {_short.repr(fn)}, not a function")
+    common.reject_reference(fn, "kv_bytes_per_token", {}, _short)   # a function; _Shapes hides the answer
     for m in _kv_cases():
         _check_kv_case(fn, m)
 
@@ -430,13 +390,8 @@ def _step_detail(s: _Step) -> str:
 
 def _check_step_case(fn, s: _Step) -> None:
     call = s.call_text()
-    try:
-        got = _as_float(_call(fn, call, s.model, s.gpu, [tuple(c) for c in s.chunks], list(s.decodes),
-                              overhead_s=s.overhead_s), "the result")
-    except _Shape as e:
-        raise AssertionError(f"{call} returned something else: {e}") from None
-    except _LearnerError as e:
-        raise AssertionError(str(e)) from None
+    got = _returned(_as_float, fn, call, s.model, s.gpu, [tuple(c) for c in s.chunks], list(s.decodes),
+                    overhead_s=s.overhead_s)
     want = _step_ref(s)
     if _close(got, want):
         return
@@ -705,13 +660,8 @@ def _chunk_cases():
 
 def _check_chunk_case(fn, c: _Chunk) -> None:
     call = c.call_text()
-    try:
-        got = _as_int(_call(fn, call, c.model, c.gpu, c.target_s, list(c.decodes), prefix=c.prefix,
-                            overhead_s=c.overhead_s), "the result")
-    except _Shape as e:
-        raise AssertionError(f"{call} returned something else: {e}") from None
-    except _LearnerError as e:
-        raise AssertionError(str(e)) from None
+    got = _returned(_as_int, fn, call, c.model, c.gpu, c.target_s, list(c.decodes), prefix=c.prefix,
+                    overhead_s=c.overhead_s)
     want = _chunk_ref(c)
     if got == want:
         return
@@ -929,15 +879,9 @@ def _drill_hint(name: str, got: float) -> str | None:
 def check_drills(answers) -> None:
     """Hidden test of the drills. ``answers``: a mapping with drill_1..drill_5 (e.g. ``globals()``) or a
     sequence of the five values in order."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, SequenceABC) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, expected, rel) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
+    for name, (question, expected, rel), answer in common.drill_answers(answers, DRILLS):
         try:
-            got = _as_float(answers[name], name)
+            got = _as_float(answer, name)
         except _Shape as e:
             raise AssertionError(f"{e} ({question})") from None
         want = float(expected())

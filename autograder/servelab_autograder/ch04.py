@@ -26,22 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import numbers
 import random
-import reprlib
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable, Mapping
-from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 
 from servelab.costmodel import LLAMA2_7B, KiB
 from servelab.radix_cache import RadixCache, TreeNode
 from servelab.scheduler import BlockManager
 from servelab.scheduler import Sequence as NanoSequence
+from servelab_autograder import common
+from servelab_autograder.common import time_limit
 
 __all__ = [
     "DRILLS",
@@ -83,11 +78,7 @@ PITFALLS = {
     "caller has to free its own indices for), not how many it added.",
 }
 
-_short = reprlib.Repr()
-_short.maxlist = _short.maxtuple = 12
-_short.maxlevel = 3
-_short.maxother = 80
-_short.maxstring = 80
+_short = common.short_repr(12, 80)
 
 _RANDOM_SEED = 4040
 _CASE_SECONDS = 10          # a scenario that takes longer is an endless loop (the slowest takes ~0.1 s)
@@ -448,100 +439,29 @@ class _NotFilled(Exception):
     pass
 
 
-def _codes(*fns) -> dict:
-    return {fn.__code__: fn.__qualname__ for fn in fns}
-
-
-# what each exercise replaces -> code objects of the reference it must not call
+# what each exercise replaces -> code objects of the reference it must not call (ch05 adds its hook's)
 FORBIDDEN = {
-    "child_key": _codes(RadixCache.child_key),
-    "_match_len": _codes(RadixCache._match_len),
-    "_split_node": _codes(RadixCache._split_node),
-    "match_prefix": _codes(RadixCache.match_prefix),
-    "insert": _codes(RadixCache.insert),
-    "inc_lock_ref": _codes(RadixCache.inc_lock_ref),
-    "dec_lock_ref": _codes(RadixCache.dec_lock_ref),
-    "evict": _codes(RadixCache.evict),
+    "child_key": common.codes(RadixCache.child_key),
+    "_match_len": common.codes(RadixCache._match_len),
+    "_split_node": common.codes(RadixCache._split_node),
+    "match_prefix": common.codes(RadixCache.match_prefix),
+    "insert": common.codes(RadixCache.insert),
+    "inc_lock_ref": common.codes(RadixCache.inc_lock_ref),
+    "dec_lock_ref": common.codes(RadixCache.dec_lock_ref),
+    "evict": common.codes(RadixCache.evict),
 }
-_active: list[str] = []
+_WATCH = common.ReferenceWatch(FORBIDDEN, _ReferenceCalled)
+wrap = _WATCH.wrap
 
 
 def reject_reference(fn, key: str, module: str = "servelab.radix_cache.RadixCache") -> None:
-    if not callable(fn):
-        raise AssertionError(f"{key} is {_short.repr(fn)}, not a function")
-    if isinstance(fn, functools.partial):
-        fn = fn.func
-    code = getattr(fn, "__code__", None)
-    if code in FORBIDDEN[key]:
-        raise AssertionError(f"{key} is {module}.{key} itself; write your own version")
+    common.reject_reference(fn, key, FORBIDDEN[key], _short, f"{module}.{key}")
 
 
-def wrap(fn, key: str):
-    """The learner's function, marking the time it runs (calls into the reference meanwhile are refused)."""
-    def method(*args, **kwargs):
-        _active.append(key)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _active.pop()
-    method.__name__ = method.__qualname__ = key
-    return method
-
-
-@contextlib.contextmanager
 def no_reference_calls(what: str = "servelab.radix_cache.RadixCache"):
-    hits: list = []
-
-    def profile(frame, event, arg):
-        if event == "call" and _active:
-            code = frame.f_code
-            for key in _active:
-                if code in FORBIDDEN[key]:
-                    hits.append((key, FORBIDDEN[key][code]))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-        if hits:
-            key, called = hits[0]
-            raise _ReferenceCalled(
-                f"your {key} calls {what.rsplit('.', 1)[0]}.{called} (through self, super(), an import or a copy): "
-                f"the checks compare your code with that reference, so write {key} yourself")
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float, what: str):
-    """Raise AssertionError if the block runs longer than `seconds` (an endless loop). Only in the main thread,
-    where the kernel and pytest run code; elsewhere it does nothing."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise _Timeout()
-
-    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]   # an enclosing limit: restored afterwards
-    start = time.monotonic()
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_left) if outer_left else seconds)
-    try:
-        yield
-    except _Timeout:
-        if outer_left and outer_left <= seconds:
-            raise _Timeout() from None    # the enclosing limit ran out: let it report
-        raise AssertionError(f"{what} did not finish within {seconds:g} s: an endless loop?") from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer_left:
-            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
-
-
-class _Timeout(BaseException):  # not an Exception: code under test that catches those does not swallow it
-    pass
+    """Refuse calls into the reference while the learner's wrapped methods run; the message names the function
+    called after the module of ``what`` (the reference class)."""
+    return _WATCH.no_calls(what.rsplit(".", 1)[0])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -659,7 +579,7 @@ def lockstep(case: Case, cls: type, who: str, variants: Mapping[str, list] = (),
         try:
             m = mine.apply(op)
         except _NotFilled:
-            raise AssertionError(f"{who} raised NotImplementedError: fill in the function first") from None
+            raise AssertionError(common.not_filled(who)) from None
         seen.append(m)
         body = _first_diff(m, w)
         if body:
@@ -689,7 +609,7 @@ def _attribute(case: Case, k: int, seen: list[Obs], variants: Mapping[str, list]
 
 def run_cases(cls: type, who: str, cases, variants: Mapping[str, list] = (), prop=None, watched: int = 2) -> None:
     for i, case in enumerate(cases):
-        guard = no_reference_calls() if i < watched or i % 10 == 0 else contextlib.nullcontext()
+        guard = no_reference_calls() if common.watched(i, watched) else contextlib.nullcontext()
         with guard, time_limit(_CASE_SECONDS, f"{who} on the scenario '{case.label}'"):
             lockstep(case, cls, who, variants, prop)
 
@@ -921,7 +841,7 @@ def _direct(fn, key: str, cases, want: Callable, describe: Callable, pitfalls: C
             try:
                 got = wrapped(self_, *args)
             except NotImplementedError:
-                raise AssertionError(f"{key} raised NotImplementedError: fill in the function first") from None
+                raise AssertionError(common.not_filled(key)) from None
             except _ReferenceCalled:
                 raise
             except Exception as e:  # noqa: BLE001
@@ -1135,23 +1055,7 @@ DRILLS = {
 def check_drills(answers) -> None:
     """Hidden test of the drills. ``answers``: a mapping with ``drill_1``..``drill_3`` or the three values in
     order."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, SequenceABC) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, compute, hints) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
-        got = answers[name]
-        if isinstance(got, bool) or not isinstance(got, numbers.Real) or not math.isfinite(float(got)) \
-                or not float(got).is_integer():
-            raise AssertionError(f"{name} is {_short.repr(got)}; the {question} is a whole number")
-        got, want = int(got), int(compute())
-        if got != want:
-            msg = f"{name} = {got}, but that is not the {question}."
-            if got in hints:
-                msg += "\n" + hints[got]
-            raise AssertionError(msg)
+    common.check_whole_number_drills(answers, DRILLS, _short)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1170,13 +1074,5 @@ _CHECKS = {
 def diagnose(exercise: str, obj) -> str:
     """What the hidden check of ``exercise`` says about ``obj`` (the learner's function, or their RadixCache
     class for ``"radix_cache"``), without raising. Meant as a visible assert's message."""
-    check = _CHECKS.get(exercise)
-    if check is None:
-        return f"no check named {exercise!r}"
-    try:
-        check(obj)
-    except Exception as e:  # noqa: BLE001 - the message is the point
-        return str(e)
-    return (f"{exercise} agrees with the reference on every sequence of the checks, but not on this assert's "
-            "case: compare your code with the rule the assert states")
+    return common.diagnose(_CHECKS, exercise, obj, "the reference on every sequence of the checks")
 

@@ -26,10 +26,8 @@ import contextlib
 import functools
 import heapq
 import math
-import numbers
 import random
 from collections.abc import Mapping
-from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 
 from servelab.radix_cache import RadixCache
@@ -41,7 +39,7 @@ from servelab.radix_scheduler import (
     lpm_starvation,
     slot_model,
 )
-from servelab_autograder import ch04
+from servelab_autograder import ch04, common
 from servelab_autograder.ch04 import (
     Case,
     learner_class,
@@ -49,9 +47,9 @@ from servelab_autograder.ch04 import (
     random_cases,
     reject_reference,
     run_cases,
-    time_limit,
     wrap,
 )
+from servelab_autograder.common import time_limit
 
 __all__ = [
     "DRILLS",
@@ -443,7 +441,7 @@ def _sched_lockstep(case: SchedCase, cls: type, who: str, variants: Mapping[str,
         try:
             m = _sched_step(mine)
         except ch04._NotFilled:
-            raise AssertionError(f"{who} raised NotImplementedError: fill in the function first") from None
+            raise AssertionError(common.not_filled(who)) from None
         seen.append(m)
         if m != w:
             if m[0] == "raised":
@@ -519,7 +517,7 @@ ch04.FORBIDDEN["cache_finished_req"] = _FORBIDDEN_SCHED
 
 def _run_sched_cases(cls: type, who: str, cases, variants: Mapping[str, type]) -> None:
     for i, case in enumerate(cases):
-        guard = no_reference_calls("servelab.radix_scheduler.RadixScheduler") if i < 2 or i % 10 == 0 \
+        guard = no_reference_calls("servelab.radix_scheduler.RadixScheduler") if common.watched(i) \
             else contextlib.nullcontext()
         with guard, time_limit(10, f"{who} on the scenario '{case.label}'"):
             _sched_lockstep(case, cls, who, variants)
@@ -618,23 +616,7 @@ DRILLS = {
 
 def check_drills(answers) -> None:
     """Hidden test of the drills (a mapping with drill_1..drill_3, or the three values in order)."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, SequenceABC) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, compute, hints) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
-        got = answers[name]
-        if isinstance(got, bool) or not isinstance(got, numbers.Real) or not math.isfinite(float(got)) \
-                or not float(got).is_integer():
-            raise AssertionError(f"{name} is {_short.repr(got)}; the {question} is a whole number")
-        got, want = int(got), int(compute())
-        if got != want:
-            msg = f"{name} = {got}, but that is not the {question}."
-            if got in hints:
-                msg += "\n" + hints[got]
-            raise AssertionError(msg)
+    common.check_whole_number_drills(answers, DRILLS, _short)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -650,13 +632,5 @@ _CHECKS = {
 
 def diagnose(exercise: str, obj) -> str:
     """What the hidden check of ``exercise`` says about ``obj``, without raising (a visible assert's message)."""
-    check = _CHECKS.get(exercise)
-    if check is None:
-        return f"no check named {exercise!r}"
-    try:
-        check(obj)
-    except Exception as e:  # noqa: BLE001 - the message is the point
-        return str(e)
-    return (f"{exercise} agrees with the reference on every sequence of the checks, but not on this assert's "
-            "case: compare your code with the rule the assert states")
+    return common.diagnose(_CHECKS, exercise, obj, "the reference on every sequence of the checks")
 
