@@ -32,7 +32,7 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    nb_items = [it for it in items if type(it).__name__ == "NbCellItem"]
+    nb_items = [it for it in items if type(it).__name__ == "IPyNbCell"]
     if not nb_items or _cuda_available():
         return
     skip = pytest.mark.skip(reason="cell tagged requires-cuda and no CUDA device is present")
