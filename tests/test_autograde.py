@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,10 @@ ROOT = release.repo_root()
 CHAPTERS = release.chapters(ROOT)
 PER_CELL = 10  # seconds; the slowest legitimate cell measured ~1 s, the endless-loop case costs this much
 JOBS = 2
+# The tampered submissions exercise the grader, which is the same for every chapter: grade them for the
+# simplest chapter and for the one with the heaviest kernel (Triton's interpreter). Every chapter still
+# gets its solution, its stubs and all of its known-wrong submissions.
+TAMPER_CHAPTERS = [a for a in CHAPTERS if a.startswith(("ch01_", "ch06_"))] or CHAPTERS[:1]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +46,12 @@ def graded(tmp_path_factory):
     base = tmp_path_factory.mktemp("autograde")
     subs, out = base / "submitted", base / "out"
     expected = submissions.write_submissions(subs, CHAPTERS, ROOT)
+    for a in CHAPTERS:
+        if a not in TAMPER_CHAPTERS:
+            for student in [s for s in expected[a] if s.startswith("tamper-")]:
+                shutil.rmtree(subs / student / a)
+                del expected[a][student]
+    (subs / "expected.json").write_text(json.dumps(expected, indent=1) + "\n", encoding="utf-8")
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "servelab_autograder.grade", str(subs), "--out", str(out),
@@ -116,7 +127,7 @@ def test_known_wrong_submissions_lose_their_points(graded, assignment):
     assert not problems, f"{assignment} ({len(wrong)} known-wrong):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("assignment", CHAPTERS)
+@pytest.mark.parametrize("assignment", TAMPER_CHAPTERS)
 def test_tampered_submissions_get_what_they_deserve(graded, assignment):
     expected = graded["expected"][assignment]
     release_nb = submissions.load_release(assignment, ROOT)
