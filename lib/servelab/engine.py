@@ -87,17 +87,23 @@ class Engine:
 
         Steps count schedule() calls: an idle engine takes the next arrivals at once.
         """
-        pending = dict(arrivals or {})
-        if any(k < 0 for k in pending):
-            raise ValueError(f"arrival steps must be >= 0, got {sorted(pending)}")
-        for seq in requests:
-            self.add_request(seq)
-        while pending or not self.is_finished():
-            due = [k for k in pending if k <= len(self.trace)] or ([min(pending)] if self.is_finished() else [])
-            for k in sorted(due):
-                for seq in pending.pop(k):
-                    self.add_request(seq)
-            if len(self.trace) >= max_steps:
-                raise RuntimeError(f"not finished after {max_steps} steps")
-            self.step()
-        return self.trace
+        return drive(self, requests, arrivals, max_steps)
+
+
+def drive(engine, requests: Iterable = (), arrivals: dict[int, list] | None = None, max_steps: int = 100_000):
+    """The driver loop shared by every engine that has add_request(), is_finished(), step() and a trace."""
+    pending = dict(arrivals or {})
+    if any(k < 0 for k in pending):
+        raise ValueError(f"arrival steps must be >= 0, got {sorted(pending)}")
+    for req in requests:
+        engine.add_request(req)
+    while pending or not engine.is_finished():
+        now = len(engine.trace)
+        due = [k for k in pending if k <= now] or ([min(pending)] if engine.is_finished() else [])
+        for k in sorted(due):
+            for req in pending.pop(k):
+                engine.add_request(req)
+        if now >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        engine.step()
+    return engine.trace

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count
 
+from servelab.engine import drive
 from servelab.radix_cache import RadixCache, TreeNode
 from servelab.scheduler import SequenceStatus
 
@@ -477,20 +478,7 @@ class RadixEngine:
 
         Steps count schedule() calls: an idle engine takes the next arrivals at once.
         """
-        pending = dict(arrivals or {})
-        if any(k < 0 for k in pending):
-            raise ValueError(f"arrival steps must be >= 0, got {sorted(pending)}")
-        for req in requests:
-            self.add_request(req)
-        while pending or not self.is_finished():
-            due = [k for k in pending if k <= len(self.trace)] or ([min(pending)] if self.is_finished() else [])
-            for k in sorted(due):
-                for req in pending.pop(k):
-                    self.add_request(req)
-            if len(self.trace) >= max_steps:
-                raise RuntimeError(f"not finished after {max_steps} steps")
-            self.step()
-        return self.trace
+        return drive(self, requests, arrivals, max_steps)
 
 
 # --------------------------------------------------------------------------------------------------------
