@@ -193,11 +193,15 @@ class Notebook:
         """The namespace with the known-wrong submission ``name`` swapped in."""
         return self.namespace(self.known_wrong(name).REPLACE)
 
+    def exec_test_cell(self, grade_id: str, src: str, ns: dict) -> None:
+        """Execute a test cell's source in ``ns`` (a chapter that runs its cells differently overrides it)."""
+        exec(compile(python_source(src), f"<cell {grade_id}>", "exec"), ns)
+
     def run_test_cell(self, grade_id: str, ns: dict) -> str | None:
         """Run a test cell (visible asserts and hidden block) in ns; None if it passes, else its message."""
         src = self.source(grade_id)
         try:
-            exec(compile(python_source(src), f"<cell {grade_id}>", "exec"), ns)
+            self.exec_test_cell(grade_id, src, ns)
         except AssertionError as e:
             return f"AssertionError: {e}"
         except Exception as e:  # noqa: BLE001 - any other error also fails the cell, but without a pitfall
@@ -307,8 +311,10 @@ class Notebook:
             else:
                 assert module.MESSAGE in str(info.value), f"{test_cell}:\n{info.value}"
 
-    def assert_known_wrong_loses_exactly_the_points_of_fails(self, name: str) -> None:
-        """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
+    def assert_known_wrong_loses_exactly_the_points_of_fails(self, name: str, helpers: dict | None = None) -> None:
+        """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass. With
+        ``helpers``, each failing cell's hidden-block helper, run on the same namespace after the cell, raises
+        AssertionError starting with MESSAGE too."""
         module = self.known_wrong(name)
         affected = self.affected_tests(set(module.REPLACE))
         assert set(module.FAILS) <= set(affected), f"FAILS names cells that cannot depend on {sorted(module.REPLACE)}"
@@ -320,5 +326,9 @@ class Notebook:
                 # the grader reports a failed cell by the first line of its error, cut to 160 characters
                 first_line = msg.splitlines()[0][:160]
                 assert msg.startswith("AssertionError") and module.MESSAGE in first_line, f"{test_cell}:\n{msg}"
+                if helpers is not None:     # and the hidden block alone says the same
+                    with pytest.raises(AssertionError) as info:
+                        helpers[test_cell](ns)
+                    assert str(info.value).startswith(module.MESSAGE), f"{test_cell}:\n{info.value}"
             else:
                 assert msg is None, f"{test_cell} should pass:\n{msg}"

@@ -12,22 +12,17 @@ its own before it is executed, as Jupyter does; without CUDA the kernels run in 
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import importlib.util
 import io
 import itertools
-import json
 import re
-import subprocess
-import sys
 import tempfile
 import textwrap
-from functools import cache
 from pathlib import Path
 
 import matplotlib
 import pytest
+from grading_harness import Notebook, caught_under_python_O, pitfall_phrase, python_source
 
 matplotlib.use("Agg")
 
@@ -36,12 +31,6 @@ import torch  # noqa: E402
 import servelab.kernels  # noqa: E402,F401  (the interpreter is chosen before any kernel is decorated)
 from servelab.kernels import exercises as ex  # noqa: E402
 from servelab_autograder import ch06  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-ASSIGNMENT = "ch06_triton_paged_attention"
-NOTEBOOK = ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-KNOWN_WRONG = ROOT / "autograder" / "known_wrong" / ASSIGNMENT
-KNOWN_WRONG_NAMES = sorted(p.stem for p in KNOWN_WRONG.glob("*.py") if not p.stem.startswith("_"))
 
 # test cell -> how its hidden block's helper is called on the notebook's namespace
 HELPERS = {
@@ -61,97 +50,28 @@ _counter = itertools.count()
 
 
 # --------------------------------------------------------------------------------------------------------
-# the notebook, cell by cell
-
-
-@cache
-def _cells() -> tuple[tuple[str, dict, str, tuple[str, ...]], ...]:
-    """(cell_type, nbgrader metadata, source, tags) for every cell, in order."""
-    nb = json.loads(NOTEBOOK.read_text())
-    return tuple((c["cell_type"], c.get("metadata", {}).get("nbgrader", {}), "".join(c["source"]),
-                  tuple(c.get("metadata", {}).get("tags", []))) for c in nb["cells"])
-
-
-def _code_cells():
-    return [(meta, src) for kind, meta, src, _ in _cells() if kind == "code"]
-
-
-def _python(src: str) -> str:
-    return "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
-
-
-def _is_test(meta: dict) -> bool:
-    return bool(meta.get("grade"))
+# the notebook, cell by cell, each cell from a file of its own
 
 
 def _exec(src: str, label: str, ns: dict) -> None:
     """Execute a cell from a file of its own (a fresh name each time: Triton and linecache read it back)."""
     path = Path(_CELL_FILES.name) / f"cell_{next(_counter)}_{re.sub(r'[^a-z0-9_]', '_', label)}.py"
-    path.write_text(_python(src) + "\n")
+    path.write_text(python_source(src) + "\n")
     exec(compile(path.read_text(), str(path), "exec"), ns)
 
 
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """Execute every code cell except the test cells, in order, with solution cells replaced."""
-    replace = replace or {}
-    unknown = set(replace) - {meta.get("grade_id") for meta, _ in _code_cells() if meta.get("solution")}
-    assert not unknown, f"REPLACE names cells that are not solution cells: {sorted(unknown)}"
-    ns: dict = {"__name__": "__main__"}
-    for meta, src in _code_cells():
-        if _is_test(meta):
-            continue
-        src = replace.get(meta.get("grade_id"), src)
-        with contextlib.redirect_stdout(io.StringIO()):
-            _exec(src, str(meta.get("grade_id")), ns)
-    return ns
+class _Notebook(Notebook):
+    """Every cell, test cells included, runs from a file of its own; a test cell's stdout is swallowed too."""
 
+    def exec_cell(self, meta: dict, src: str, ns: dict, replacing: bool) -> None:
+        _exec(src, str(meta.get("grade_id")), ns)
 
-def _run_test_cell(grade_id: str, ns: dict) -> str | None:
-    """Run a test cell (visible asserts and hidden block) in ns; None if it passes, else its message."""
-    src = next(src for meta, src in _code_cells() if meta.get("grade_id") == grade_id)
-    try:
+    def exec_test_cell(self, grade_id: str, src: str, ns: dict) -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             _exec(src, grade_id, ns)
-    except AssertionError as e:
-        return f"AssertionError: {e}"
-    except Exception as e:  # noqa: BLE001 - any other error also fails the cell, but without a pitfall
-        return f"{type(e).__name__} (not an AssertionError): {e}"
-    return None
 
 
-def _names(src: str) -> tuple[set[str], set[str]]:
-    """Top-level names a cell binds, and every name it reads."""
-    tree = ast.parse(_python(src))
-    bound = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return bound, used
-
-
-def _affected_tests(replaced: set[str]) -> list[str]:
-    """Test cells whose outcome can change when the given solution cells are replaced (by name flow)."""
-    changed: set[str] = set()
-    tests = []
-    for meta, src in _code_cells():
-        bound, used = _names(src)
-        if _is_test(meta):
-            if used & changed:
-                tests.append(meta["grade_id"])
-        elif meta.get("grade_id") in replaced or used & changed:
-            changed |= bound
-    return tests
-
-
-def _known_wrong(name: str):
-    spec = importlib.util.spec_from_file_location(f"known_wrong_{name}", KNOWN_WRONG / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+NB = _Notebook("ch06_triton_paged_attention")
 
 
 def _kernel_from_source(src: str, name: str, extra: dict | None = None):
@@ -167,37 +87,23 @@ def _kernel_from_source(src: str, name: str, extra: dict | None = None):
 
 
 def test_notebook_follows_the_authoring_conventions():
-    nb = json.loads(NOTEBOOK.read_text())
-    assert nb["metadata"]["kernelspec"] == {"name": "servelab", "display_name": "Python (servelab)",
-                                            "language": "python"}
-    solutions = [meta["grade_id"] for meta, _ in _code_cells() if meta.get("solution")]
-    tests = {meta["grade_id"]: meta for meta, _ in _code_cells() if _is_test(meta)}
+    NB.assert_servelab_kernel()
+    solutions = NB.solution_ids()
+    tests = NB.test_cells()
     assert solutions == ["store_kv_kernel", "decode_kernel", "merge_kernel", "decode_traffic", "drills"]
     assert set(tests) == set(HELPERS)
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_store_kv_kernel": 1, "test_decode_kernel": 4, "test_merge_kernel": 2, "test_decode_traffic": 2,
         "test_drills": 2}
-    for c in nb["cells"]:
-        meta = c.get("metadata", {}).get("nbgrader")
+    for c, meta, source in NB.conventional_code_cells():
         tags = c.get("metadata", {}).get("tags", [])
-        if c["cell_type"] == "markdown":
-            assert meta is None
-            continue
-        assert meta is not None and meta["schema_version"] == 3
-        source = "".join(c["source"])
         if meta.get("solution"):
-            assert meta == {"grade": False, "solution": True, "locked": False, "grade_id": meta["grade_id"],
-                            "schema_version": 3}
-            assert "### BEGIN SOLUTION" in source and "### END SOLUTION" in source
             assert tags == (["raises-exception"] if meta["grade_id"] == "drills" else [])
         elif meta.get("grade"):
-            assert tags == ["raises-exception"]
-            assert meta["locked"] and not meta["solution"]
             assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
             hidden = source.split("### BEGIN HIDDEN TESTS")[1]
             assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
         else:
-            assert meta["locked"] and re.fullmatch(r"setup_\d+", meta["grade_id"])
             assert "requires-cuda" not in tags or "bench.main" in source
         if meta.get("grade") or meta.get("solution"):
             assert c.get("outputs") == [], meta["grade_id"]
@@ -207,45 +113,36 @@ def test_kernel_solution_cells_are_triton_kernels_whose_source_the_interpreter_c
     """Triton's interpreter finds a kernel's body from the last line starting with 'def ' in its source: a
     docstring line starting with 'def ' would break it."""
     for gid in ("store_kv_kernel", "decode_kernel", "merge_kernel"):
-        src = next(src for meta, src in _code_cells() if meta.get("grade_id") == gid)
+        src = NB.source(gid)
         assert src.startswith("@triton.jit\ndef " + gid + "(")
         assert sum(line.strip().startswith("def ") for line in src.splitlines()) == 1
 
 
 def test_the_first_code_cell_arranges_the_interpreter_before_any_kernel():
-    first = _code_cells()[0][1]
-    imports = [ln for ln in _python(first).splitlines() if re.match(r"(import|from) ", ln)]
+    first = NB.code_cells()[0][1]
+    imports = [ln for ln in python_source(first).splitlines() if re.match(r"(import|from) ", ln)]
     assert imports[0].startswith("import servelab.kernels"), imports[:2]
     assert "@triton.jit" not in first
 
 
 def test_only_the_gpu_cell_needs_cuda_and_it_is_not_graded():
-    tagged = [(kind, meta) for kind, meta, _, tags in _cells() if "requires-cuda" in tags]
+    tagged = [(cell.kind, cell.meta) for cell in NB.cells if "requires-cuda" in cell.tags]
     assert len(tagged) == 1
     kind, meta = tagged[0]
     assert kind == "code" and not meta.get("grade") and not meta.get("solution")
 
 
 def test_saved_outputs_are_deterministic_text_and_png_only():
-    nb = json.loads(NOTEBOOK.read_text())
-    for c in nb["cells"]:
-        for out in c.get("outputs", []):
-            assert out["output_type"] in ("stream", "execute_result", "display_data"), out["output_type"]
-            if out["output_type"] == "stream":
-                assert out["name"] == "stdout"
-                text = "".join(out["text"])
-            else:
-                text = "".join("".join(v) for k, v in out["data"].items() if k != "image/png")
-            assert "<Figure" not in text and not re.search(r"0x[0-9a-f]{6,}", text)
-            assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
+    for text, _ in NB.saved_outputs():
+        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
 
 
 def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
-    texts = {meta.get("grade_id"): src for kind, meta, src, _ in _cells()}
-    nb = json.loads(NOTEBOOK.read_text())
+    texts = {cell.meta.get("grade_id"): cell.source for cell in NB.cells}
+    nb = NB.read()
     outputs = {c["metadata"]["nbgrader"]["grade_id"]: "".join("".join(o.get("text", "")) for o in c["outputs"])
                for c in nb["cells"] if c["cell_type"] == "code"}
-    why = next(src for kind, _, src, _ in _cells() if kind == "markdown" and "## Why it matters" in src)
+    why = next(cell.source for cell in NB.cells if cell.kind == "markdown" and "## Why it matters" in cell.source)
     for number in ("1.07 GB", "224 us", "4.3 us", "7.2 ms", "4.00 FLOP/byte", "4.3 GFLOP"):
         assert number in outputs["setup_2"], number
     for quoted in ("224 µs", "1.07 GB", "4.3 GFLOP", "4.3 µs", "7.2 ms", "4 FLOPs per byte", "50x"):
@@ -270,25 +167,18 @@ def _recorded_results() -> str:
 # the solution passes
 
 
-@cache
-def _solution_namespace() -> dict:
-    return _namespace()
-
-
 @pytest.mark.parametrize("test_cell", sorted(HELPERS))
 def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](_solution_namespace())
+    HELPERS[test_cell](NB.solution_namespace())
 
 
 def test_solution_passes_every_test_cell():
-    ns = dict(_solution_namespace())
-    failures = {g: msg for g in HELPERS if (msg := _run_test_cell(g, ns))}
-    assert not failures, failures
+    NB.assert_solution_passes_every_test_cell(HELPERS)
 
 
 def test_the_locked_launchers_match_the_library_launchers():
     """The hidden checks launch a kernel with servelab.kernels.exercises; the notebook with its locked cells."""
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     b = ex.make_paged_batch([5, 1, 21], block_size=4, num_q_heads=8, num_kv_heads=2, head_dim=32, seed=9)
     assert torch.equal(ns["paged_decode"](*b.args), ex.launch_decode(ns["decode_kernel"], *b.args))
     parts = ex.split_kv_partials(*b.args, 3)
@@ -307,50 +197,34 @@ def test_the_locked_launchers_match_the_library_launchers():
 
 
 def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    assert len(KNOWN_WRONG_NAMES) >= 5
-    pitfalls_md = next(src for kind, _, src, _ in _cells() if kind == "markdown" and "## Common pitfalls" in src)
-    plain_md = re.sub(r"\s+", " ", pitfalls_md.replace("`", "").replace("*", "").lower())
+    assert len(NB.known_wrong_names) >= 5
+    plain_md = re.sub(r"\s+", " ", NB.pitfalls_text())
     messages = []
-    for name in KNOWN_WRONG_NAMES:
-        module = _known_wrong(name)
+    for name in NB.known_wrong_names:
+        module = NB.known_wrong(name)
         assert module.__doc__ and module.REPLACE and module.FAILS and module.MESSAGE, name
         assert set(module.FAILS) <= set(HELPERS), name
         assert any(text.startswith(module.MESSAGE) for text in ch06.PITFALLS.values()), name
-        phrase = module.MESSAGE.removeprefix("Pitfall: ").rstrip(".").lower()
+        phrase = pitfall_phrase(module.MESSAGE)
         assert phrase in plain_md, f"{name}: '{phrase}' is not in the Common pitfalls list"
         messages.append(phrase)
     assert len(set(messages)) == len(messages), "two known-wrong submissions test the same pitfall"
     assert set(REQUIRED) <= set(messages), set(REQUIRED) - set(messages)
 
 
-@pytest.mark.parametrize("name", KNOWN_WRONG_NAMES)
+@pytest.mark.parametrize("name", NB.known_wrong_names)
 def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
     """The test cells themselves: those in FAILS fail and show MESSAGE on their first line (the visible asserts'
     messages come from the same checks as the hidden block); the others it can affect pass."""
-    module = _known_wrong(name)
-    affected = _affected_tests(set(module.REPLACE))
-    assert set(module.FAILS) <= set(affected), f"FAILS names cells that cannot depend on {sorted(module.REPLACE)}"
-    ns = _namespace(module.REPLACE)
-    for test_cell in affected:
-        msg = _run_test_cell(test_cell, ns)
-        if test_cell in module.FAILS:
-            assert msg is not None, f"{test_cell} passed"
-            # the grader reports a failed cell by the first line of its error, cut to 160 characters
-            first_line = msg.splitlines()[0][:160]
-            assert msg.startswith("AssertionError") and module.MESSAGE in first_line, f"{test_cell}:\n{msg}"
-            with pytest.raises(AssertionError) as info:     # and the hidden block alone says the same
-                HELPERS[test_cell](ns)
-            assert str(info.value).startswith(module.MESSAGE), f"{test_cell}:\n{info.value}"
-        else:
-            assert msg is None, f"{test_cell} should pass:\n{msg}"
+    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name, HELPERS)
 
 
 def test_dependencies_between_cells_are_what_the_chapter_says():
-    assert _affected_tests({"store_kv_kernel"}) == ["test_store_kv_kernel"]
-    assert _affected_tests({"decode_kernel"}) == ["test_decode_kernel"]
-    assert _affected_tests({"merge_kernel"}) == ["test_merge_kernel"]
-    assert _affected_tests({"decode_traffic"}) == ["test_decode_traffic"]
-    assert _affected_tests({"drills"}) == ["test_drills"]
+    assert NB.affected_tests({"store_kv_kernel"}) == ["test_store_kv_kernel"]
+    assert NB.affected_tests({"decode_kernel"}) == ["test_decode_kernel"]
+    assert NB.affected_tests({"merge_kernel"}) == ["test_merge_kernel"]
+    assert NB.affected_tests({"decode_traffic"}) == ["test_decode_traffic"]
+    assert NB.affected_tests({"drills"}) == ["test_drills"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -419,7 +293,7 @@ def test_a_wild_pointer_is_dropped_and_reported_not_followed():
 
 def test_a_kernel_that_reads_past_the_end_fails_even_when_its_output_is_right():
     """decode_table_past_end's output is exact (its K/V loads are masked), yet the trace sees the reads."""
-    module = _known_wrong("decode_table_past_end")
+    module = NB.known_wrong("decode_table_past_end")
     kernel = _kernel_from_source(module.REPLACE["decode_kernel"], "decode_kernel")
     b = ex.make_paged_batch([4, 1, 21], block_size=4, num_q_heads=8, num_kv_heads=2, head_dim=32)
     assert torch.allclose(ex.launch_decode(kernel, *b.args).double(), ch06.ref_paged_decode(*b.args), atol=1e-5)
@@ -428,7 +302,7 @@ def test_a_kernel_that_reads_past_the_end_fails_even_when_its_output_is_right():
 
 
 def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = _solution_namespace()
+    ns = NB.solution_namespace()
     answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"], ns["drill_4"]]
     expected = [q[1]() for q in ch06.DRILLS.values()]
     assert answers == pytest.approx(expected, rel=1e-9)
@@ -446,7 +320,7 @@ def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
 
 
 def test_checks_write_nothing_to_stderr(capfd):
-    ns = _namespace(_known_wrong("decode_no_running_max").REPLACE)
+    ns = NB.wrong_namespace("decode_no_running_max")
     with pytest.raises(AssertionError):
         ch06.check_decode_kernel(ns["decode_kernel"])
     assert capfd.readouterr().err == ""
@@ -454,19 +328,6 @@ def test_checks_write_nothing_to_stderr(capfd):
 
 def test_checks_do_not_rely_on_assert_statements():
     """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = _known_wrong("traffic_one_product").REPLACE["decode_traffic"]
-    right = next(src for meta, src in _code_cells() if meta.get("grade_id") == "decode_traffic")
-    script = textwrap.dedent(f"""
-        from servelab_autograder import ch06
-        ns = {{}}
-        exec({right!r}, ns)
-        ch06.check_decode_traffic(ns["decode_traffic"])
-        exec({wrong!r}, ns)
-        try:
-            ch06.check_decode_traffic(ns["decode_traffic"])
-        except AssertionError as e:
-            print("caught:", str(e).splitlines()[0])
-    """)
-    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "caught: Pitfall: the FLOPs count two products" in out.stdout
+    wrong = NB.known_wrong("traffic_one_product").REPLACE["decode_traffic"]
+    out = caught_under_python_O("ch06", "check_decode_traffic", "decode_traffic", NB.source("decode_traffic"), wrong)
+    assert "caught: Pitfall: the FLOPs count two products" in out

@@ -31,10 +31,7 @@ import contextlib
 import functools
 import io
 import math
-import numbers
 import random
-import reprlib
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from collections.abc import Sequence as SequenceABC
@@ -48,6 +45,7 @@ from servelab.costmodel import H200
 from servelab.kernels import exercises as ex
 from servelab.kernels.launch import interpreted
 from servelab.kernels.reference import gather_kv, ref_paged_decode, ref_store_kvcache
+from servelab_autograder import common
 
 __all__ = [
     "DRILLS",
@@ -106,10 +104,7 @@ PITFALLS = {
     "head_dim elements (q read, out written).",
 }
 
-_short = reprlib.Repr()
-_short.maxlist = _short.maxtuple = 10
-_short.maxother = 120
-_short.maxstring = 120
+_short = common.short_repr(10, 120, maxlevel=6)   # six levels deep: reprlib's default, as ch06 always showed
 
 # atol = rtol against the float64 reference. fp16: the output and P are rounded to fp16 (~5e-4 relative).
 # On a GPU fp32 dot products run in TF32 (10-bit mantissa), so everything is checked in fp16 there.
@@ -121,12 +116,8 @@ _TILE = ex.EXERCISE_TILE
 # errors in the learner's terms
 
 
-class _LearnerError(Exception):
-    """The learner's code raised (message in their terms)."""
-
-
-class _Shape(Exception):
-    """The learner's result does not have the promised shape."""
+_LearnerError = common.LearnerError
+_Shape = common.Shape
 
 
 def _fail(msg: str, pitfall: str | None = None):
@@ -164,7 +155,7 @@ def _call(fn, what: str, *args, **kwargs):
     except Exception as e:  # noqa: BLE001 - anything the learner's code raises is reported, not re-raised
         cause = _root_cause(e)
         if isinstance(cause, NotImplementedError):
-            raise _LearnerError(f"{what} raised NotImplementedError: fill in the function first") from None
+            raise _LearnerError(common.not_filled(what)) from None
         raise _LearnerError(f"{what} raised {type(cause).__name__}: {_first_line(cause)}") from None
 
 
@@ -181,12 +172,7 @@ def _as_number(x, what: str) -> float:
         x = x.item()
     if isinstance(x, np.generic):
         x = x.item()
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise _Shape(f"{what} is {_short.repr(x)} ({type(x).__name__}); expected a number")
-    x = float(x)
-    if not math.isfinite(x):
-        raise _Shape(f"{what} is {x}; expected a finite number")
-    return x
+    return common.as_float(x, what, _short, finite=True)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -957,18 +943,14 @@ def _no_reference_calls(forbidden: dict, key: str):
         if event == "call" and _in_learner and frame.f_code in forbidden:
             hits.append(forbidden[frame.f_code])
 
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with common.profiling(profile):
         yield
-    finally:
-        sys.setprofile(previous)
     if hits:
         raise _ReferenceCalled(f"your {key} calls {hits[0]}, the reference it is checked against: write {key} "
                                "without it")
 
 
-_TRAFFIC_REFS = {ex.decode_traffic.__code__: "servelab.kernels.exercises.decode_traffic"}
+_TRAFFIC_REFS = common.codes(ex.decode_traffic, module=True)
 
 
 def check_decode_traffic(fn) -> None:
@@ -1068,15 +1050,9 @@ def _drill_hint(name: str, got: float) -> str | None:
 
 def check_drills(answers) -> None:
     """Hidden test of the drills. ``answers``: a mapping with drill_1..drill_4 or a sequence of the four values."""
-    if not isinstance(answers, Mapping):
-        if not isinstance(answers, SequenceABC) or len(answers) != len(DRILLS):
-            raise AssertionError(f"pass the {len(DRILLS)} drill answers as a mapping or a sequence")
-        answers = dict(zip(DRILLS, answers))
-    for name, (question, expected, rel) in DRILLS.items():
-        if name not in answers:
-            raise AssertionError(f"{name} is not defined: assign your answer to {name} ({question})")
+    for name, (question, expected, rel), answer in common.drill_answers(answers, DRILLS):
         try:
-            got = _as_number(answers[name], name)
+            got = _as_number(answer, name)
         except _Shape as e:
             raise AssertionError(f"{e} ({question})") from None
         want = float(expected())

@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 # showing learner values
 
 
-def short_repr(maxlist: int, maxother: int) -> reprlib.Repr:
-    """A ``reprlib.Repr`` for messages: lists and tuples cut after ``maxlist`` items, three levels deep,
+def short_repr(maxlist: int, maxother: int, maxlevel: int = 3) -> reprlib.Repr:
+    """A ``reprlib.Repr`` for messages: lists and tuples cut after ``maxlist`` items, ``maxlevel`` levels deep,
     strings and other objects after ``maxother`` characters."""
     short = reprlib.Repr()
     short.maxlist = short.maxtuple = maxlist
-    short.maxlevel = 3
+    short.maxlevel = maxlevel
     short.maxother = maxother
     short.maxstring = maxother
     return short
