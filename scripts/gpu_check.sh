@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-shot GPU check of the paged-attention kernels (lib/servelab/kernels), for a session with a CUDA GPU:
 #   1. tests/test_kernels.py with compiled kernels: every CPU test, plus the GPU-only ones (bf16 against the
-#      float64 reference, a cache past 2**31 elements, run-to-run determinism);
+#      float64 reference, a cache past 2**31 elements, run-to-run determinism); tests/test_kernels_bench.py
+#      (the bench's smoke run, now on the GPU);
 #   2. python -m servelab.kernels.bench: copy bandwidth, each configuration against SDPA, and the goals;
 #      it writes bench/kernels_results.md.
 # Both run even if the first fails; the exit status is 1 if either failed, 2 without a GPU.
@@ -10,6 +11,9 @@
 #   scripts/gpu_check.sh --sweep    # bench also tries a few tile / warp / stage / split settings
 #   PYTHON=/path/to/python scripts/gpu_check.sh
 #
+# Checked without a GPU against an older Triton than the pin (triton 3.6.0 with torch 2.13.0 CPU; GPU images with
+# torch 2.11 carry it): every kernel compiles for sm_90 (compile_check), and the kernel tests pass in its interpreter with
+# numpy 2.3 (3.6's interpreter itself fails under numpy >= 2.4; compiled kernels, as here, do not use it).
 # It needs a Python with CUDA torch and triton, and pytest; not this repo's .venv (CPU torch) nor nbval:
 # the repo's pytest addopts (--nbval) are cleared. Logs go to bench/out/; when $OUT is set (a device
 # machine in this workplace) the results file and logs are copied there too.
@@ -27,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 status=0
 echo "== kernel tests on the GPU"
-timeout 240 "$PY" -m pytest tests/test_kernels.py -q -p no:cacheprovider -o addopts="" -ra --durations=10 \
+timeout 240 "$PY" -m pytest tests/test_kernels.py tests/test_kernels_bench.py -q -p no:cacheprovider -o addopts="" -ra --durations=10 \
   2>&1 | tee "$LOGS/kernels_gpu_tests.log" || status=1
 echo "== benchmark"
 timeout 300 "$PY" -m servelab.kernels.bench "$@" 2>&1 | tee "$LOGS/kernels_gpu_bench.log" || status=1

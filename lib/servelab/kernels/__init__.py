@@ -11,6 +11,10 @@ when ``@triton.jit`` decorates a function, so the choice has to be made before a
   compile check needs on a machine without a GPU);
 - otherwise, no CUDA device: ``TRITON_INTERPRET=1``, and every kernel runs on CPU tensors in Triton's interpreter.
 
+``TRITON_DEFAULT_FP_FUSION`` is set to ``1`` unless already set: compiled kernels keep fusing a*b+c into FMA
+(the default of the Triton versions this was checked with, 3.6 and 3.9), and Triton 3.9 stops warning that
+the default will change.
+
 >>> import servelab.kernels as K
 >>> K.INTERPRETED in (True, False)
 True
@@ -22,6 +26,7 @@ import os
 
 
 def _arrange_interpreter() -> None:
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if "TRITON_INTERPRET" in os.environ:
         return
     import torch
