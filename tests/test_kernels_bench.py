@@ -26,6 +26,9 @@ def test_smoke_run_checks_every_kernel_against_the_reference_and_writes_the_tabl
         assert float(cells[8]) <= bench.BF16_TOLERANCE, f"max error over the tolerance: {row}"
         if case.goal is not None:
             assert cells[9].endswith("not judged (CPU smoke run)"), f"a smoke run must not judge a goal: {row}"
+        if len(set(case.seq_lens)) == 1:  # SDPA is timed on equal lengths: both baselines, each by some backend
+            assert math.isfinite(float(cells[6])) and math.isfinite(float(cells[7])), row
+            assert f"- {case.name}: fastest SDPA backend: " in text and "none ran" not in text
     assert "WRONG OUTPUT" not in text
     assert ("Triton interpreter" in text) == K.INTERPRETED
 
