@@ -3,12 +3,13 @@
 #   1. tests/test_kernels.py with compiled kernels: every CPU test, plus the GPU-only ones (bf16 against the
 #      float64 reference, a cache past 2**31 elements, run-to-run determinism); tests/test_kernels_bench.py
 #      (the bench's smoke run, now on the GPU);
-#   2. python -m servelab.kernels.bench: copy bandwidth, each configuration against SDPA, and the goals;
-#      it writes bench/kernels_results.md.
+#   2. python -m servelab.kernels.bench --sweep: copy bandwidth, each configuration against SDPA, the goals,
+#      and a sweep of tile / warp / stage / split settings around the defaults (so one run also says
+#      whether another default would do better); it writes bench/kernels_results.md.
 # Both run even if the first fails; the exit status is 1 if either failed, 2 without a GPU.
 #
 #   scripts/gpu_check.sh            # about 5 minutes on an H200 (estimate: never run yet)
-#   scripts/gpu_check.sh --sweep    # bench also tries a few tile / warp / stage / split settings
+#   BENCH_ARGS= scripts/gpu_check.sh    # the bench without the sweep (BENCH_ARGS replaces --sweep)
 #   PYTHON=/path/to/python scripts/gpu_check.sh
 #
 # Checked without a GPU against an older Triton than the pin (triton 3.6.0 with torch 2.13.0 CPU; GPU images with
@@ -34,7 +35,8 @@ echo "== kernel tests on the GPU"
 timeout 240 "$PY" -m pytest tests/test_kernels.py tests/test_kernels_bench.py -q -p no:cacheprovider -o addopts="" -ra --durations=10 \
   2>&1 | tee "$LOGS/kernels_gpu_tests.log" || status=1
 echo "== benchmark"
-timeout 300 "$PY" -m servelab.kernels.bench "$@" 2>&1 | tee "$LOGS/kernels_gpu_bench.log" || status=1
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+timeout 300 "$PY" -m servelab.kernels.bench ${BENCH_ARGS---sweep} 2>&1 | tee "$LOGS/kernels_gpu_bench.log" || status=1
 
 if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
   cp bench/kernels_results.md "$LOGS"/kernels_gpu_*.log "$OUT"/ 2>/dev/null || true

@@ -42,7 +42,9 @@ from servelab.kernels.tiles import attend_tiles
 # on one: 64 keys per iteration put 32 KiB of K/V loads in flight per program (Triton's pipeliner copies
 # them into shared memory with cp.async), at 64 registers per thread, no spills and 38 KiB of shared memory,
 # so 4 programs fit on an SM: the 512 programs of 64 sequences x 8 KV heads run in one wave on 132 SMs.
-# `python -m servelab.kernels.bench --sweep` times the alternatives on a GPU.
+# That holds for the pinned Triton (3.9). Triton 3.6 compiles the same kernel to 76 registers, 3 programs per
+# SM, so 512 programs take two waves there; with 4 warps it uses 106 registers and fits 4 (one wave).
+# `python -m servelab.kernels.bench --sweep` (scripts/gpu_check.sh runs it) times the alternatives on a GPU.
 DECODE_TILE = 64
 DECODE_NUM_WARPS = 8
 DECODE_NUM_STAGES = 2
