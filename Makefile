@@ -40,8 +40,11 @@ lab: setup release-if-stale
 	$(BIN)/jupyter lab --notebook-dir=course --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
+# pytest-xdist workers, one per core by default. --dist loadscope keeps each test module and each notebook
+# (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
+TEST_WORKERS ?= auto
 test: setup browser-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 solutions: setup
 	$(BIN)/python -m servelab_autograder.execute solutions/*/*.ipynb
