@@ -13,14 +13,19 @@ import servelab.kernels as K  # decides interpreter or GPU before bench imports 
 from servelab.kernels import bench
 
 
+def _cells(text, name):
+    """The table row of configuration ``name``, and its cells stripped."""
+    row = next((ln for ln in text.splitlines() if ln.startswith(f"| {name} |")), None)
+    assert row is not None, f"no row for {name!r} in:\n{text}"
+    return row, [c.strip() for c in row.strip("|").split("|")]
+
+
 def test_smoke_run_checks_every_kernel_against_the_reference_and_writes_the_table(tmp_path, capsys):
     out = tmp_path / "smoke.md"
     assert bench.main(["--smoke", "--out", str(out)]) == 0, "a kernel's output disagreed with its reference"
     text = out.read_text()
     for case in bench.smoke_cases():
-        row = next((ln for ln in text.splitlines() if ln.startswith(f"| {case.name} |")), None)
-        assert row is not None, f"no row for {case.name!r} in:\n{text}"
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        row, cells = _cells(text, case.name)
         assert cells[1].startswith(case.kernel), row
         assert math.isfinite(float(cells[2])) and float(cells[2]) > 0, f"no time measured: {row}"
         assert float(cells[8]) <= bench.BF16_TOLERANCE, f"max error over the tolerance: {row}"
@@ -46,8 +51,7 @@ def _row(name, us, nbytes, sdpa_us=math.nan, correct=True):
 
 
 def _verdict(text, name):
-    row = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} |"))
-    return row.strip("|").split("|")[9].strip()
+    return _cells(text, name)[1][9]
 
 
 def test_goal_verdicts_compare_bandwidth_with_the_faster_copy_and_time_with_sdpa():
