@@ -219,11 +219,12 @@ def bench_make_test(timeout_s: float) -> list[Row]:
         rows.append(Row("make test", None, MAKE_TEST_TARGET_S, "not available (no `make`)"))
     else:
         print("[bench] make setup ...", flush=True)
-        wall, rc, last = _run("make setup", [make, "setup"], timeout_s, _env())
+        wall, rc, last = _run("make setup", [make, "--no-print-directory", "setup"], timeout_s, _env())
         rows.append(Row("make setup (warm venv)", wall, None, "" if rc == 0 else f"FAILED rc={rc}: {last}"))
         # the Makefile's own test target, so the figure is of the command the README gives
         print("[bench] make test ...", flush=True)
-        wall, rc, last = _run("make test", [make, "test", "PYTEST_ARGS=-q -p no:cacheprovider"], timeout_s, _env())
+        cmd = [make, "--no-print-directory", "test", "PYTEST_ARGS=-q -p no:cacheprovider"]
+        wall, rc, last = _run("make test", cmd, timeout_s, _env())
         rows.append(Row("make test (pytest on one worker per core)", wall, MAKE_TEST_TARGET_S, _pytest_note(rc, last)))
     phases = []
     for label, args in PYTEST_PHASES:
