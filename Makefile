@@ -9,9 +9,10 @@ PORT ?= 8888
 IP ?= 127.0.0.1
 LAB_ARGS ?= --no-browser
 SUBMISSIONS ?= autograder/submitted
+GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test release release-if-stale solutions autograde lint bench browser-deps clean
+.PHONY: setup lab test release release-if-stale solutions autograde lint bench browser-deps sandbox-deps clean
 
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
@@ -30,6 +31,17 @@ browser-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# The grading sandbox: Debian's bubblewrap and, as root, the unprivileged users sandboxes run as (one per
+# submission graded at the same time on this machine). `python -m servelab_autograder.sandbox` says whether
+# this machine can grade safely.
+SANDBOX_USERS ?= 8
+sandbox-deps: setup
+	@command -v bwrap >/dev/null || { \
+	  echo "installing Debian's bubblewrap for the grading sandbox"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+	@$(BIN)/python -m servelab_autograder.sandbox --setup --users $(SANDBOX_USERS)
+
 release: setup
 	$(BIN)/python -m servelab_autograder.release
 
@@ -43,14 +55,14 @@ lab: setup release-if-stale
 # pytest-xdist workers, one per core by default. --dist loadscope keeps each test module and each notebook
 # (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
 TEST_WORKERS ?= auto
-test: setup browser-deps
+test: setup browser-deps sandbox-deps
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 solutions: setup
 	$(BIN)/python -m servelab_autograder.execute solutions/*/*.ipynb
 
 autograde: setup
-	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS)
+	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS) $(GRADE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check lib autograder tests scripts

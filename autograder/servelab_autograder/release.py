@@ -95,27 +95,9 @@ class Run:
 def _descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (Linux /proc). Kernels start in their own session, so a
     process-group kill alone would leave them running."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode("utf-8", "replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    from servelab_autograder import procs
+
+    return procs.descendants(pid)
 
 
 def kill_tree(pid: int) -> None:
@@ -132,10 +114,22 @@ def kill_tree(pid: int) -> None:
             pass
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies, so a grader killed mid-batch leaves no nbgrader (and
+    with it no sandbox: bwrap's --die-with-parent) running."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _child_main(argv: list[str], log_path: str, cwd: str, env: dict[str, str]) -> int:
     """Body of a forked child: become a process-group leader, send all output to the log, run
     ``nbgrader <argv>`` through nbgrader's own entry point."""
     os.setsid()
+    _die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -205,7 +199,7 @@ class Child:
             with open(log_path, "wb") as log:
                 self.proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *argv], cwd=cwd, env=env,
                                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             start_new_session=True)
+                                             start_new_session=True, preexec_fn=_die_with_parent)
             self.pid = self.proc.pid
 
     def _reap(self, block: bool) -> int | None:
