@@ -61,9 +61,8 @@ c.CourseDirectory.ignore = [
 # Always the workbook's kernel, whatever kernelspec a submission carries (a saved kernelspec may
 # resolve to another environment).
 c.Execute.kernel_name = "servelab"
-# Per-cell limit. Measured on the 2-core box: the slowest legitimate cell (importing torch plus a
-# seeded simulation) takes ~3 s cold; 60 s leaves room for a loaded CI machine and still ends an
-# endless loop in reasonable time. `python -m servelab_autograder.grade --per-cell-timeout` overrides.
+# Per-cell wall-clock limit for nbgrader run by hand (nbgrader autograde, the formgrader). The
+# autograder (`make autograde`) sets its own limits in CPU time instead: servelab_autograder/limits.py.
 c.Execute.timeout = 60
 c.Execute.startup_timeout = 60
 c.Execute.interrupt_on_timeout = True
@@ -94,9 +93,10 @@ c.OverwriteCells.add_missing_cells = True
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
-# The autograder (servelab_autograder.grade) wraps nbgrader's executor to learn which cell was
-# running when a kernel hung or died, and to skip such a cell on a re-grade. Without the
-# SERVELAB_GRADE_* environment variables it behaves exactly like nbgrader's own Execute.
+# The autograder (servelab_autograder.grade) wraps nbgrader's executor: the kernel runs in a sandbox,
+# cells are limited in CPU time and output bytes, and the grader learns which cell a dead or stuck
+# kernel was running (servelab_autograder.kernel_guard). Without $SERVELAB_GRADE_PLAN (nbgrader run by
+# hand, or from the formgrader) it behaves exactly like nbgrader's own Execute.
 try:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (
@@ -107,7 +107,7 @@ try:
         SaveAutoGrades,
     )
 
-    from servelab_autograder.grade import GuardedExecute
+    from servelab_autograder.kernel_guard import GuardedExecute
 except ImportError:  # pragma: no cover - servelab not installed; fall back to nbgrader's defaults
     pass
 else:

@@ -5,7 +5,8 @@
 
 Figures, in order:
   (a) each solution notebook executed end to end with nbclient (kernel `servelab`, temp copy);
-  (b) autograding one complete submission of the first chapter;
+  (b) autograding one complete submission of the first chapter, and what the sandbox adds per submission
+      (the same copies graded with and without it);
   (c) `make setup` on a warm venv, then `make test` itself (pytest-xdist workers, --dist loadscope),
       held to the target; then, to show where the time goes,
       pytest split into groups that do not overlap (tests/ by marker, then the nbval runs over
@@ -181,9 +182,37 @@ def bench_autograde(timeout_s: float) -> list[Row]:
         print("[bench] autograde it (python -m servelab_autograder.grade <tmp>/submitted) ...", flush=True)
         wall, rc, last = _run("autograde one submission", grade_cmd, timeout_s, _env())
         note = _grade_summary(out / "grades.csv", OUT / f"{_slug('autograde one submission')}.log")
-    if rc != 0:
-        note = f"FAILED rc={rc}: {last[:100]}"
-    return [Row(figure, wall, AUTOGRADE_TARGET_S, note)]
+        if rc != 0:
+            note = f"FAILED rc={rc}: {last[:100]}"
+        rows = [Row(figure, wall, AUTOGRADE_TARGET_S, note)]
+        rows.append(_sandbox_overhead(complete, chapter, Path(tmp), timeout_s))
+    return rows
+
+
+SANDBOX_COPIES = 3
+SANDBOX_TARGET_S = 1.0
+
+
+def _sandbox_overhead(complete: Path, chapter: str, tmp: Path, timeout_s: float) -> Row:
+    """Mean grading time per submission with the sandbox minus without it, over the same copies."""
+    figure = f"sandbox overhead per submission (mean of {SANDBOX_COPIES}, {chapter})"
+    subs = tmp / "copies"
+    for i in range(SANDBOX_COPIES):
+        shutil.copytree(complete, subs / f"copy{i}" / chapter)
+    means = {}
+    for label, extra in (("sandboxed", []), ("unsandboxed", ["--unsafe-no-sandbox"])):
+        print(f"[bench] grade {SANDBOX_COPIES} copies {label} ...", flush=True)
+        cmd = [sys.executable, "-m", "servelab_autograder.grade", str(subs), "--out", str(tmp / f"out-{label}"),
+               *extra]
+        _, rc, last = _run(f"grade copies {label}", cmd, timeout_s, _env())
+        log = OUT / f"{_slug(f'grade copies {label}')}.log"
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        each = [float(x) for x in re.findall(r"^\[\d+/\d+\] .*?\s(\d+(?:\.\d+)?)s\s", text, re.M)]
+        if rc != 0 or len(each) != SANDBOX_COPIES:
+            return Row(figure, None, SANDBOX_TARGET_S, f"FAILED ({label}) rc={rc}: {last[:100]}")
+        means[label] = sum(each) / len(each)
+    return Row(figure, means["sandboxed"] - means["unsandboxed"], SANDBOX_TARGET_S,
+               f"{means['sandboxed']:.2f} s sandboxed, {means['unsandboxed']:.2f} s without")
 
 
 def _grade_summary(grades_csv: Path, log: Path) -> str:

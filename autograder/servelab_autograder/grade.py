@@ -1,26 +1,41 @@
 """Autograde a folder of submissions (``make autograde SUBMISSIONS=dir``).
 
-    python -m servelab_autograder.grade SUBMISSIONS_DIR [--per-cell-timeout S] [--notebook-timeout S]
-                                        [--out DIR] [--jobs N]
+    python -m servelab_autograder.grade SUBMISSIONS_DIR [--out DIR] [--jobs N] [--resume]
+                                        [--cell-cpu S] [--notebook-cpu S] [--wall-factor F]
+                                        [--unsafe-no-sandbox] [--quiet]
 
 SUBMISSIONS_DIR holds nbgrader's submitted layout, ``<student>/<assignment>/<assignment>.ipynb``.
 For each submission the grader
 
-1. pre-checks a copy: valid JSON / nbformat, a known assignment, and by its grade ids the right
+1. pre-checks a copy: valid JSON / nbformat / Unicode, a known assignment, and by its grade ids the right
    notebook; repairs what a learner can break by accident (a duplicated, deleted or metadata-stripped
    graded cell) and notes what nbgrader will undo (an edited test cell, restored by checksum);
-2. runs ``nbgrader autograde <a> --student <s> --force`` in its own process group with an outer
-   wall-clock limit (``--notebook-timeout``) that kills the process tree, kernel included. When a cell
-   hangs the kernel for good (a loop that swallows KeyboardInterrupt) the grader re-grades with that
-   cell replaced by a timeout error, so the other cells are still graded; a dead kernel scores 0;
-3. reads the scores from the gradebook and, per test cell that lost points, the first line of its
-   error from the autograded notebook; then ``nbgrader generate_feedback`` writes the HTML feedback.
+2. runs ``nbgrader autograde <a> --student <s> --force`` in its own process, whose kernel runs in a
+   sandbox of its own (``servelab_autograder.sandbox``: no view of the gradebook, the solutions, the
+   grader or other submissions; no network; limits on memory, processes, files and output) and is
+   watched from outside (``servelab_autograder.kernel_guard``): time limits are CPU time, per cell and per
+   notebook, each with a wall-clock backstop ``--wall-factor`` times larger (``servelab_autograder.limits``
+   has the defaults and the per-chapter values). The notebook is graded again, up to three times, when
+   a cell left the kernel unable to go on: a cell stopped by the wall-clock backstop while using little
+   CPU (a starved machine) is re-run with its limits doubled; a cell whose kernel ignored the interrupt,
+   died (``os._exit``, a signal, the memory limit) or was ended by ``exit()`` is skipped, so the others
+   are still graded;
+3. writes that submission's result at once (``results/<assignment>/<student>.json``, atomically), reads
+   the scores from the gradebook and, per test cell that lost points, the first line of its error;
+   ``nbgrader generate_feedback`` then writes the HTML feedback.
 
-A broken submission never stops the batch. Output (``--out``, default autograder/): grades.csv
-(student, assignment, score, max_score, status, message), gradebook.db, autograded/, feedback/ and
-per-submission nbgrader logs in runs/grade-logs/. Status is one of: ok, repaired, cell-timeout,
-kernel-died, notebook-timeout, malformed, wrong-assignment, unknown-assignment, grader-error.
-Exit status 0 when grading completed (whatever the scores), non-zero when the grader itself broke.
+A broken submission never stops the batch. A new run first moves the previous run's grades.csv and
+results/ to runs/previous/<time>/ (the gradebook stays nbgrader's record); a run that was killed can be
+finished with ``--resume``, which grades only the submissions that have no result yet (or changed
+since). Output (``--out``, default autograder/): grades.csv (student, assignment, score, max_score, status,
+message), results/, gradebook.db, autograded/, feedback/ and per-submission logs in runs/grade-logs/.
+Status is one of: ok, repaired, cell-timeout, kernel-died, notebook-timeout, malformed, wrong-assignment,
+unknown-assignment, grader-error.
+
+The grader refuses to run when it cannot make the sandbox (it says why and how to fix it in one line);
+``--unsafe-no-sandbox`` grades without one, on a machine where every submission is trusted.
+Exit status 0 when grading completed (whatever the scores), 1 when the grader itself broke, 2 for a
+bad command line or a machine that cannot sandbox.
 """
 
 from __future__ import annotations
@@ -28,78 +43,33 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import hashlib
 import html
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import Execute
 
-ENV_PROGRESS = "SERVELAB_GRADE_PROGRESS"
-ENV_SKIP = "SERVELAB_GRADE_SKIP"
-TIMEOUT_ENAME = "CellTimeoutError"
+from servelab_autograder import limits as grading_limits
+from servelab_autograder import sandbox
+from servelab_autograder.kernel_guard import ENV_PLAN, TIMEOUT_ENAME
+
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
-MAX_ATTEMPTS = 4  # one run plus up to three re-grades past cells that hung the kernel
+MAX_ATTEMPTS = 4  # one run plus up to three re-grades
 STATUSES = ("ok", "repaired", "cell-timeout", "kernel-died", "notebook-timeout", "malformed",
             "wrong-assignment", "unknown-assignment", "grader-error")
-
-
-# ------------------------------------------------------------------------------------------------
-# the executor nbgrader runs (wired in by autograder/nbgrader_config.py)
-
-
-def _record(event: dict) -> None:
-    path = os.environ.get(ENV_PROGRESS)
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(event) + "\n")
-    except OSError:
-        pass
-
-
-def _skips() -> dict[str, str]:
-    try:
-        value = json.loads(os.environ.get(ENV_SKIP) or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-class GuardedExecute(Execute):
-    """nbgrader's ``Execute`` that also (a) appends ``{"index", "grade_id", "event"}`` lines to the file
-    named by $SERVELAB_GRADE_PROGRESS, so the grader knows which cell a hung or dead kernel was running,
-    and (b) does not run the cells listed in $SERVELAB_GRADE_SKIP (``{"<index>": "<message>"}``) but
-    gives them a ``CellTimeoutError`` output, which scores a graded cell 0 like a timeout does.
-    Without those variables it is nbgrader's ``Execute``."""
-
-    def preprocess_cell(self, cell, resources, index):
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        skipped = _skips().get(str(index))
-        if skipped is not None and cell.cell_type == "code":
-            self._check_assign_resources(resources)
-            cell.outputs = [nbformat.v4.new_output("error", ename=TIMEOUT_ENAME, evalue=skipped,
-                                                   traceback=[f"{TIMEOUT_ENAME}: {skipped}"])]
-            cell.execution_count = None
-            _record({"index": index, "grade_id": gid, "event": "skipped"})
-            return cell, self.resources
-        if cell.cell_type == "code":
-            _record({"index": index, "grade_id": gid, "event": "start"})
-        try:
-            return super().preprocess_cell(cell, resources, index)
-        except BaseException as err:
-            _record({"index": index, "grade_id": gid, "event": "error", "error": type(err).__name__,
-                     "detail": str(err)[:500]})
-            raise
+RESULTS = "results"
+PREVIOUS = "runs/previous"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -115,6 +85,7 @@ class Outcome:
     status: str = "ok"
     message: str = ""
     seconds: float = 0.0
+    digest: str = ""   # sha256 of the submitted notebook's bytes: a resumed run re-grades a changed one
 
     def row(self) -> dict:
         return {"student": self.student, "assignment": self.assignment, "score": _num(self.score),
@@ -128,6 +99,61 @@ def _num(x: float) -> str:
 def _short(text: str, limit: int = 200) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def result_path(out: Path, student: str, assignment: str) -> Path:
+    return out / RESULTS / assignment / f"{student}.json"
+
+
+def save_result(out: Path, outcome: Outcome) -> None:
+    """One submission's result, on disk the moment it is known."""
+    _write_atomic(result_path(out, outcome.student, outcome.assignment), json.dumps(asdict(outcome), indent=1) + "\n")
+
+
+def load_results(out: Path) -> dict[tuple[str, str], Outcome]:
+    """(assignment, student) -> Outcome for every readable result file under out/results/."""
+    found = {}
+    for path in sorted((out / RESULTS).glob("*/*.json")):
+        try:
+            o = Outcome(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            continue
+        found[(o.assignment, o.student)] = o
+    return found
+
+
+def move_aside(out: Path) -> Path | None:
+    """Move the previous run's grades.csv and results/ to runs/previous/<time>/, so that nothing of an
+    earlier run can pass for this one's; returns where they went (None when there was nothing)."""
+    old = [p for p in (out / "grades.csv", out / RESULTS) if p.exists()]
+    if not old:
+        return None
+    dest = out / PREVIOUS / datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    dest.mkdir(parents=True)
+    for p in old:
+        os.replace(p, dest / p.name)
+    return dest
+
+
+def digest_file(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -220,6 +246,12 @@ def load_submission(path: Path) -> nbformat.NotebookNode:
         raise Rejected("malformed", f"not a notebook: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except ValueError as err:
         raise Rejected("malformed", f"not a notebook: invalid JSON ({err})") from None
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = err.object[err.start:err.end].encode("unicode_escape").decode("ascii")
+        raise Rejected("malformed", f"not a notebook: it holds text that is not Unicode (a lone surrogate "
+                                    f"escape, {bad})") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise Rejected("malformed", "not a notebook: the JSON has no list of cells")
     if data.get("nbformat") != 4:
@@ -331,12 +363,9 @@ def repair(nb, chapter: Chapter) -> list[str]:
 # reading a graded notebook
 
 
-def first_error_line(cell, per_cell: int | None) -> str:
+def first_error_line(cell) -> str:
     """The first line of what cost a graded cell its points."""
     outputs = cell.get("outputs", [])
-    for out in outputs:
-        if out.get("output_type") == "error" and out.get("ename") == TIMEOUT_ENAME:
-            return f"exceeded the per-cell limit of {per_cell} s"
     for out in outputs:
         if out.get("output_type") == "error":
             lines = [ln for ln in str(out.get("evalue", "")).strip().splitlines() if ln.strip()]
@@ -351,12 +380,15 @@ def first_error_line(cell, per_cell: int | None) -> str:
     return "lost points"
 
 
-def timed_out_cells(nb) -> list[str]:
-    out = []
+def cells_with_error(nb, ename: str) -> list[tuple[str, str]]:
+    """(cell name, error message) of every cell with an ``ename`` error output."""
+    found = []
     for i, cell in enumerate(nb.cells):
-        if any(o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME for o in cell.get("outputs", [])):
-            out.append(_gid(cell) or f"#{i}")
-    return out
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error" and o.get("ename") == ename:
+                found.append((_gid(cell) or f"#{i}", str(o.get("evalue", "")).strip()))
+                break
+    return found
 
 
 def _progress(path: Path) -> list[dict]:
@@ -381,20 +413,48 @@ class Job:
     student: str
     assignment: str
     staged: Path
-    notes: list[str]
+    notes: list[str]                       # repairs of the notebook (status "repaired")
+    digest: str = ""
+    remarks: list[str] = field(default_factory=list)   # what happened while grading
     skip: dict[str, str] = field(default_factory=dict)
+    scale: dict[str, float] = field(default_factory=dict)
     attempt: int = 0
     started: float = 0.0
     first_start: float = 0.0
     child: object = None
     log: Path | None = None
     progress: Path | None = None
+    box_dir: Path | None = None
     timed_out_cell: bool = False
+    kernel_died: bool = False
+
+
+STAGING_PREFIX = "servelab-grade-"
+
+
+def sweep_stale_staging() -> list[Path]:
+    """Remove the staging folders (and sandbox mounts) of graders that were killed; returns them."""
+    swept = []
+    for staging in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
+        try:
+            owner = int((staging / "owner.pid").read_text(encoding="utf-8"))
+            os.kill(owner, 0)
+            continue  # its grader still runs
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue  # not ours to judge (no owner file yet, or someone else's)
+        for box in staging.glob("s[0-9]*"):
+            sandbox.sweep(box)
+        shutil.rmtree(staging, ignore_errors=True)
+        swept.append(staging)
+    return swept
 
 
 class Grader:
-    def __init__(self, root: Path, out: Path, per_cell: int | None, notebook_timeout: float, jobs: int,
-                 quiet: bool = False):
+    def __init__(self, root: Path, out: Path, limits: grading_limits.Limits | None = None,
+                 overrides: dict | None = None, jobs: int = 1, quiet: bool = False, use_sandbox: bool = True,
+                 resume: bool = False):
         from servelab_autograder import release
 
         self.release = release
@@ -404,47 +464,67 @@ class Grader:
         self.feedback = out / "feedback"
         self.logs = out / "runs" / "grade-logs"
         self.db_url = "sqlite:///" + str(out / "gradebook.db")
-        self.per_cell = per_cell if per_cell is not None else configured_cell_timeout(root)
-        self.notebook_timeout = notebook_timeout
+        self.base_limits = limits or grading_limits.Limits()
+        self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
         self.jobs = max(1, jobs)
         self.quiet = quiet
+        self.use_sandbox = use_sandbox
+        self.resume = resume
         self.env = release.venv_path_env()
-        self.staging = Path(tempfile.mkdtemp(prefix="servelab-grade-"))
+        sweep_stale_staging()
+        self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX))
+        os.chmod(self.staging, 0o711)  # the sandbox users cross it to reach their own scratch folders
+        (self.staging / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
+        self.boxes = 0
+        self.font_cache: Path | None = None
         self.chapters: dict[str, Chapter] = {}
         self.every_chapter: dict[str, Chapter] = {}   # all of solutions/, to recognise a foreign notebook
         self.results: list[Outcome] = []
         self.total = 0
+
+    def limits(self, assignment: str) -> grading_limits.Limits:
+        return grading_limits.for_chapter(assignment, self.base_limits, **self.overrides)
 
     # --- output -----------------------------------------------------------------------------------
     def say(self, text: str = "") -> None:
         if not self.quiet:
             print(text, flush=True)
 
-    def report(self, outcome: Outcome) -> None:
+    def report(self, outcome: Outcome, how: str = "") -> None:
+        """Record a finished submission: its result file first, then the progress line."""
+        if how != "resumed":
+            save_result(self.out, outcome)
         self.results.append(outcome)
         n = len(self.results)
         width = len(str(self.total))
         self.say(f"[{n:>{width}}/{self.total}] {outcome.assignment}  {outcome.student:<28} "
                  f"{_num(outcome.score):>5}/{_num(outcome.max_score):<5} {outcome.status:<17} "
-                 f"{outcome.seconds:5.1f}s  {_short(outcome.message, 90)}")
+                 f"{'resumed' if how == 'resumed' else f'{outcome.seconds:5.1f}s'}  {_short(outcome.message, 90)}")
 
     # --- nbgrader ---------------------------------------------------------------------------------
     def nbgrader_args(self) -> list[str]:
         return [f"--CourseDirectory.db_url={self.db_url}",
                 f"--CourseDirectory.submitted_directory={self.staging / 'submitted'}",
                 f"--CourseDirectory.autograded_directory={self.autograded}",
-                f"--CourseDirectory.feedback_directory={self.feedback}",
-                f"--Execute.timeout={self.per_cell}"]
+                f"--CourseDirectory.feedback_directory={self.feedback}"]
 
     def register(self, assignments: list[str]) -> None:
         """generate_assignment each chapter into a scratch release with this run's gradebook, so the
-        gradebook holds the current cells (and hidden tests) and we know the released notebook."""
+        gradebook holds the current cells (and hidden tests) and we know the released notebook. A resumed
+        run keeps the gradebook's record of a chapter that has not changed."""
         from nbgrader.api import Gradebook, MissingEntry
 
         rel = self.staging / "release"
+        stamps_path = self.out / RESULTS / "_chapters.json"
+        try:
+            stamps = json.loads(stamps_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stamps = {}
         for a in assignments:
-            args = ["generate_assignment", a, "--force", f"--CourseDirectory.release_directory={rel}",
-                    f"--CourseDirectory.db_url={self.db_url}"]
+            fingerprint = self.release.fingerprint(self.root, a)
+            args = ["generate_assignment", a, "--force", f"--CourseDirectory.release_directory={rel}"]
+            keep = self.resume and stamps.get(a) == fingerprint
+            args.append("--no-db" if keep else f"--CourseDirectory.db_url={self.db_url}")
             run = self.release.run_nbgrader(args, cwd=self.root, env=self.env)
             if run.returncode != 0 and "submissions associated" in run.output:
                 with Gradebook(self.db_url) as gb:
@@ -462,12 +542,25 @@ class Grader:
                 raise RuntimeError(f"cannot register {a} in the gradebook: "
                                    f"{self.release.last_error(run.output)}")
             self.chapters[a] = Chapter.from_release(a, path)
+            stamps[a] = fingerprint
+        _write_atomic(stamps_path, json.dumps(stamps, indent=1, sort_keys=True) + "\n")
 
     def clean(self, student: str, assignment: str) -> None:
         for base in (self.autograded, self.feedback):
             target = base / student / assignment
             if target.exists():
                 shutil.rmtree(target, ignore_errors=True)
+
+    def prepare_sandbox(self) -> None:
+        """Matplotlib's font list, built once on the trusted side (each sandbox would spend about 1 s on it)."""
+        cache = self.out / "runs" / "sandbox-cache" / "matplotlib"
+        found = sorted(cache.glob("fontlist-*.json"))
+        if not found:
+            cache.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], capture_output=True,
+                           env={**self.env, "MPLCONFIGDIR": str(cache)}, timeout=300)
+            found = sorted(cache.glob("fontlist-*.json"))
+        self.font_cache = found[-1] if found else None
 
     # --- the run ----------------------------------------------------------------------------------
     def grade(self, submissions: Path) -> list[Outcome]:
@@ -477,26 +570,45 @@ class Grader:
             for adir in sorted(p for p in sdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 found.append((sdir.name, adir.name, adir))
         self.total = len(found)
+        if not self.resume:
+            moved = move_aside(self.out)
+            if moved:
+                self.say(f"moved the previous run's grades.csv and results to {moved}")
         if not found:
             self.say(f"no submissions under {submissions} (expected <student>/<assignment>/<assignment>.ipynb)")
             return []
-        needed = sorted({a for _, a, _ in found if a in known})
+        done = load_results(self.out) if self.resume else {}
+        todo = []
+        for student, assignment, adir in found:
+            old = done.get((assignment, student))
+            if old is not None and old.digest == digest_file(adir / f"{assignment}.ipynb"):
+                self.report(old, "resumed")
+            else:
+                todo.append((student, assignment, adir))
+        if self.resume:
+            self.say(f"resuming: {len(found) - len(todo)} result(s) kept, {len(todo)} to grade")
+        needed = sorted({a for _, a, _ in todo if a in known})
         start = time.monotonic()
         self.register(needed)
+        if self.use_sandbox and todo:
+            self.prepare_sandbox()
         # a notebook is recognised among ALL chapters, not only those graded in this run
         self.every_chapter = dict(self.chapters)
         for a in known:
             if a not in self.every_chapter:
                 self.every_chapter[a] = Chapter.from_release(a, self.release.source_notebook(self.root, a))
+        lim = self.limits(needed[0]) if needed else self.base_limits
+        where = f"in a {sandbox.mode()}-mode sandbox" if self.use_sandbox else "WITHOUT a sandbox"
         self.say(f"registered {', '.join(needed) or 'no chapters'} in {self.db_url[len('sqlite:///'):]} "
-                 f"({time.monotonic() - start:.1f} s); grading {len(found)} submission(s), per-cell limit "
-                 f"{self.per_cell} s, notebook limit {self.notebook_timeout:g} s, {self.jobs} at a time")
+                 f"({time.monotonic() - start:.1f} s); grading {len(todo)} submission(s) {where}, "
+                 f"{self.jobs} at a time; limits: {lim.cell_cpu_s:g} CPU-s a cell, {lim.notebook_cpu_s:g} a "
+                 f"notebook, wall-clock backstops x{lim.wall_factor:g}")
 
         from nbgrader.api import Gradebook, MissingEntry
 
         pending: list[Job] = []
         with Gradebook(self.db_url) as gb:
-            for student, assignment, adir in found:
+            for student, assignment, adir in todo:
                 t0 = time.monotonic()
                 self.clean(student, assignment)
                 if assignment in known:
@@ -512,6 +624,7 @@ class Grader:
                                              f"pre-check failed: {type(err).__name__}: {_short(str(err), 160)}")
                 if isinstance(job_or_outcome, Outcome):
                     job_or_outcome.seconds = time.monotonic() - t0
+                    job_or_outcome.digest = digest_file(adir / f"{assignment}.ipynb")
                     self.write_failure_feedback(job_or_outcome)
                     self.report(job_or_outcome)
                 else:
@@ -545,7 +658,7 @@ class Grader:
         stamp = adir / "timestamp.txt"
         if stamp.is_file():
             shutil.copy(stamp, staged.parent / "timestamp.txt")
-        return Job(student, assignment, staged, notes)
+        return Job(student, assignment, staged, notes, digest_file(path))
 
     def start(self, job: Job) -> None:
         job.attempt += 1
@@ -554,9 +667,16 @@ class Grader:
         job.progress = self.logs / job.assignment / f"{job.student}{suffix}.progress"
         job.log.parent.mkdir(parents=True, exist_ok=True)
         job.progress.unlink(missing_ok=True)
+        self.boxes += 1
+        job.box_dir = self.staging / f"s{self.boxes}"  # short: the kernel's socket paths must fit 107 bytes
+        lim = self.limits(job.assignment)
+        plan = {"progress": str(job.progress), "skip": job.skip, "scale": job.scale, "limits": lim.as_dict(),
+                "sandbox": self.use_sandbox, "box_dir": str(job.box_dir),
+                "font_cache": str(self.font_cache) if self.font_cache else None}
+        plan_path = self.staging / f"plan-{self.boxes}.json"
+        plan_path.write_text(json.dumps(plan), encoding="utf-8")
         env = dict(self.env)
-        env[ENV_PROGRESS] = str(job.progress)
-        env[ENV_SKIP] = json.dumps(job.skip)
+        env[ENV_PLAN] = str(plan_path)
         argv = ["autograde", job.assignment, "--student", job.student, "--force", *self.nbgrader_args()]
         job.started = time.monotonic()
         if job.attempt == 1:
@@ -578,18 +698,19 @@ class Grader:
                 busy.add(job.student)
             time.sleep(0.02)
             for job in list(running):
-                deadline = job.started + self.notebook_timeout
+                deadline = job.started + self.limits(job.assignment).notebook_wall_s
                 run = job.child.poll(deadline=deadline)
                 if run is None:
                     continue
                 running.remove(job)
+                sandbox.sweep(job.box_dir)
                 try:
                     again = self.finish_attempt(job, run)
                 except Exception as err:  # noqa: BLE001 - e.g. an unreadable autograded notebook
                     top = self.chapters[job.assignment].max_score
                     failed = Outcome(job.student, job.assignment, 0.0, top, "grader-error",
                                      f"reading the result failed: {type(err).__name__}: {_short(str(err), 160)}",
-                                     time.monotonic() - job.first_start)
+                                     time.monotonic() - job.first_start, job.digest)
                     self.write_failure_feedback(failed)
                     self.report(failed)
                     again = False
@@ -602,34 +723,67 @@ class Grader:
         last = events[-1] if events else None
         running_cell = next((e for e in reversed(events) if e.get("event") in ("start", "error")), None)
         error = last.get("error") if last and last.get("event") == "error" else None
+        limit = next((e for e in events if e.get("event") == "limit"), None)
+        lim = self.limits(job.assignment)
         top = self.chapters[job.assignment].max_score
-        done = Outcome(job.student, job.assignment, 0.0, top)
-        if run.timed_out:
+        done = Outcome(job.student, job.assignment, 0.0, top, digest=job.digest)
+        retry = job.attempt < MAX_ATTEMPTS
+
+        # A cell stopped by the wall-clock backstop had used little CPU: the machine, or a wait, not the
+        # learner's computation. Grade the notebook once more with that cell's limits doubled.
+        starved = [e for e in events if e.get("event") == "stopped" and e.get("why") == "wall"
+                   and str(e.get("index")) not in job.scale]
+        if starved and retry:
+            for e in starved:
+                job.scale[str(e["index"])] = 2.0
+                job.remarks.append(f"cell {_cell_name(e)} passed the {lim.cell_wall_s:g} s wall-clock backstop "
+                                   f"using {e.get('cpu', 0):g} s of CPU; graded again with twice the time")
+            return True
+
+        if limit is not None and limit.get("limit") == "notebook-cpu":
+            done.status = "notebook-timeout"
+            done.message = f"{limit.get('detail')} (in cell {_cell_name(limit)})"
+        elif run.timed_out:
             where = f" (running cell {_cell_name(running_cell)})" if running_cell else ""
             done.status = "notebook-timeout"
-            done.message = f"grading exceeded the notebook limit of {self.notebook_timeout:g} s{where}"
+            done.message = f"grading passed the notebook's {lim.notebook_wall_s:g} s wall-clock backstop{where}"
         elif run.returncode == 0 and self.autograded_path(job).is_file():
             self.read_scores(job, done)
-        elif (error == "DeadKernelError") or "Kernel died" in run.output:
-            done.status = "kernel-died"
-            done.message = f"kernel died in cell {_cell_name(running_cell)}"
-        elif error == TIMEOUT_ENAME and job.attempt < MAX_ATTEMPTS:
-            # the kernel ignored the interrupt: grade again with this cell replaced by a timeout error
-            msg = f"cell {_cell_name(last)} exceeded the per-cell limit of {self.per_cell} s"
-            job.skip[str(last["index"])] = msg + " (the kernel stayed busy, so the cell was skipped)"
-            job.notes.append(msg)
+        elif error == TIMEOUT_ENAME and retry:
+            # the kernel ignored the interrupt and was killed: grade again with this cell replaced by a timeout
+            why = last.get("detail") or "the cell passed its time limit"
+            job.skip[str(last["index"])] = why
+            job.remarks.append(f"cell {_cell_name(last)}: {why}; graded again without it")
             job.timed_out_cell = True
             return True
         elif error == TIMEOUT_ENAME:
             done.status = "cell-timeout"
-            done.message = (f"cell {_cell_name(last)} exceeded the per-cell limit of {self.per_cell} s; "
-                            f"gave up after {job.attempt} runs")
+            done.message = f"cell {_cell_name(last)} passed its time limit; gave up after {job.attempt} runs"
+        elif limit is not None or error == "DeadKernelError" or "Kernel died" in run.output:
+            exited = next((e for e in reversed(events) if e.get("event") == "exit"), None)
+            died = next((e for e in reversed(events) if e.get("event") == "died"), None)
+            if limit is not None:
+                culprit, why = limit, f"cell {_cell_name(limit)}: {limit.get('detail')}, so the kernel was killed"
+            elif exited is not None:
+                culprit, why = exited, f"cell {_cell_name(exited)} ended the kernel (it called exit() or quit())"
+            elif died is not None:
+                culprit, why = died, f"cell {_cell_name(died)}: the kernel died in it"
+            else:
+                culprit, why = running_cell, f"cell {_cell_name(running_cell)}: the kernel died in it"
+            if culprit is not None and retry:
+                job.skip[str(culprit["index"])] = why + "; this cell was skipped so the others could be graded"
+                job.remarks.append(why + "; graded again without it")
+                job.kernel_died = True
+                return True
+            done.status = "kernel-died"
+            done.message = why + (f"; gave up after {job.attempt} runs" if culprit is not None else "")
         else:
             done.status = "grader-error"
             done.message = f"nbgrader failed: {_short(self.release.last_error(run.output), 160)}"
-        graded = self.autograded_path(job).is_file() and done.status in ("ok", "repaired", "cell-timeout")
+        graded = self.autograded_path(job).is_file() and done.status in ("ok", "repaired", "cell-timeout",
+                                                                          "kernel-died")
         if not graded:
-            done.message = "; ".join(dict.fromkeys([done.message, *job.notes]))
+            done.message = "; ".join(dict.fromkeys([done.message, *job.notes, *job.remarks]))
             self.write_failure_feedback(done)
         done.seconds = time.monotonic() - job.first_start
         self.report(done)
@@ -644,6 +798,14 @@ class Grader:
         graded = nbformat.read(self.autograded_path(job), as_version=4)
         cells = {_gid(c): c for c in graded.cells if _gid(c)}
         lost, manual = [], []
+        remarks = list(job.remarks)
+        stopped = dict(cells_with_error(graded, TIMEOUT_ENAME))
+        for name, why in stopped.items():
+            if not any(why in r for r in remarks):
+                remarks.append(f"cell {name}: {why}")
+            job.timed_out_cell = True
+        for name, _ in cells_with_error(graded, "SystemExit"):
+            remarks.append(f"cell {name} called sys.exit(); the cells after it were still graded")
         with Gradebook(self.db_url) as gb:
             sub = gb.find_submission(job.assignment, job.student)
             done.score, done.max_score = float(sub.score or 0.0), float(sub.max_score or 0.0)
@@ -652,29 +814,25 @@ class Grader:
             for g in grades:
                 if g.needs_manual_grade:
                     manual.append(g.name)
-                elif (g.score or 0.0) < g.max_score and g.name in cells:
-                    why = first_error_line(cells[g.name], self.per_cell)
-                    if not why.startswith("exceeded the per-cell limit"):  # said once, below
-                        lost.append(f"{g.name}: {_short(why, 500)}")
-        notes = list(job.notes)
-        for gid in timed_out_cells(graded):
-            msg = f"cell {gid} exceeded the per-cell limit of {self.per_cell} s"
-            if not any(n.startswith(msg) for n in notes):
-                notes.append(msg)
-            job.timed_out_cell = True
+                elif (g.score or 0.0) < g.max_score and g.name in cells and g.name not in stopped:
+                    lost.append(f"{g.name}: {_short(first_error_line(cells[g.name]), 500)}")
         if manual:
-            notes.append(f"needs manual grading: {', '.join(manual)}")
-        done.status = "cell-timeout" if job.timed_out_cell else "repaired" if job.notes else "ok"
-        parts = notes + lost
-        done.message = "; ".join(parts) if parts else "all tests passed"
+            remarks.append(f"needs manual grading: {', '.join(manual)}")
+        done.status = ("kernel-died" if job.kernel_died else "cell-timeout" if job.timed_out_cell
+                       else "repaired" if job.notes else "ok")
+        parts = job.notes + remarks + lost
+        done.message = "; ".join(dict.fromkeys(parts)) if parts else "all tests passed"
 
     # --- feedback ---------------------------------------------------------------------------------
     def make_feedback(self) -> None:
         """One generate_feedback per chapter for everything autograded (about 1 s per chapter, against
-        about 1 s per student when run one by one); per student for any page it did not make."""
+        about 1 s per student when run one by one); per student for any page it did not make. A resumed
+        run makes the pages a killed run did not get to."""
         graded: dict[str, list[str]] = {}
         for r in self.results:
-            if (self.autograded / r.student / r.assignment / f"{r.assignment}.ipynb").is_file():
+            page = self.feedback / r.student / r.assignment / f"{r.assignment}.html"
+            nb = self.autograded / r.student / r.assignment / f"{r.assignment}.ipynb"
+            if nb.is_file() and (not page.is_file() or page.stat().st_mtime < nb.stat().st_mtime):
                 graded.setdefault(r.assignment, []).append(r.student)
         for a, students in sorted(graded.items()):
             argv = ["generate_feedback", a, "--force", *self.nbgrader_args()]
@@ -699,28 +857,21 @@ class Grader:
         (folder / f"{outcome.assignment}.html").write_text(body, encoding="utf-8")
 
     def close(self) -> None:
+        for box in self.staging.glob("s[0-9]*"):
+            sandbox.sweep(box)
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def configured_cell_timeout(root: Path) -> int:
-    """``c.Execute.timeout`` from the course's nbgrader configuration (nbgrader's default: 30)."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    try:
-        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-        value = cfg.Execute.timeout
-        return int(value) if isinstance(value, int) else 30
-    except Exception:  # noqa: BLE001 - no or broken config: nbgrader's default
-        return 30
-
-
 def write_csv(path: Path, outcomes: list[Outcome]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["student", "assignment", "score", "max_score", "status", "message"])
-        writer.writeheader()
-        for o in sorted(outcomes, key=lambda o: (o.assignment, o.student)):
-            writer.writerow(o.row())
+    """grades.csv, written atomically: a reader never sees half a file."""
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=["student", "assignment", "score", "max_score", "status", "message"])
+    writer.writeheader()
+    for o in sorted(outcomes, key=lambda o: (o.assignment, o.student)):
+        writer.writerow(o.row())
+    _write_atomic(path, buf.getvalue())
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -741,17 +892,28 @@ def summary(outcomes: list[Outcome]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from servelab_autograder import release
 
+    defaults = grading_limits.Limits()
     parser = argparse.ArgumentParser(prog="python -m servelab_autograder.grade", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", type=Path, help="folder of <student>/<assignment>/<assignment>.ipynb")
-    parser.add_argument("--per-cell-timeout", type=int, default=None, metavar="S",
-                        help="seconds one cell may run (default: c.Execute.timeout of the nbgrader config)")
-    parser.add_argument("--notebook-timeout", type=float, default=600.0, metavar="S",
-                        help="wall-clock seconds one grading run may take before it is killed (default 600)")
+    parser.add_argument("--cell-cpu", type=float, default=None, metavar="S",
+                        help=f"CPU seconds one cell may use (default {defaults.cell_cpu_s:g}, or the chapter's)")
+    parser.add_argument("--notebook-cpu", type=float, default=None, metavar="S",
+                        help=f"CPU seconds a whole notebook may use (default {defaults.notebook_cpu_s:g})")
+    parser.add_argument("--wall-factor", type=float, default=None, metavar="F",
+                        help=f"wall-clock backstop as a multiple of each CPU limit (default {defaults.wall_factor:g})")
+    parser.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                        help="any other grading limit of servelab_autograder/limits.py, e.g. memory=2GiB or "
+                             "processes=32 (repeatable)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="grades.csv, gradebook.db, autograded/, feedback/ (default: autograder/)")
+                        help="grades.csv, results/, gradebook.db, autograded/, feedback/ (default: autograder/)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="submissions graded at the same time, each in its own process (default 1)")
+                        help="submissions graded at the same time, each in its own process and sandbox (default 1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the results of an earlier, interrupted run; grade only what has none (or changed)")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run learners' code without a sandbox, as you, seeing your files: only on a trusted "
+                             "machine with trusted submissions")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     args = parser.parse_args(argv)
 
@@ -760,9 +922,35 @@ def main(argv: list[str] | None = None) -> int:
     if not args.submissions.is_dir():
         print(f"no such folder: {args.submissions}", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print("--jobs must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        overrides = dict(grading_limits.parse(item) for item in args.limit)
+        overrides.update({k: v for k, v in (("cell_cpu_s", args.cell_cpu), ("notebook_cpu_s", args.notebook_cpu),
+                                             ("wall_factor", args.wall_factor)) if v is not None})
+        grading_limits.for_chapter("", **overrides)
+    except ValueError as err:
+        print(f"bad limit: {err}", file=sys.stderr)
+        return 2
+    if args.unsafe_no_sandbox:
+        print("grading WITHOUT a sandbox (--unsafe-no-sandbox): learners' code runs as you, with your files",
+              file=sys.stderr)
+    else:
+        try:
+            sandbox.check()
+        except sandbox.SandboxUnavailable as err:
+            print(f"refusing to grade without a sandbox: {err}. On a trusted machine, --unsafe-no-sandbox "
+                  f"grades without one.", file=sys.stderr)
+            return 2
+        if sandbox.mode() == "root" and args.jobs > len(sandbox.users()):
+            print(f"--jobs {args.jobs} needs {args.jobs} sandbox users and there are {len(sandbox.users())}: "
+                  f"`make sandbox-deps SANDBOX_USERS={args.jobs}`", file=sys.stderr)
+            return 2
     os.environ.update(release.venv_path_env())
     out.mkdir(parents=True, exist_ok=True)
-    grader = Grader(root, out, args.per_cell_timeout, args.notebook_timeout, args.jobs, quiet=args.quiet)
+    grader = Grader(root, out, overrides=overrides, jobs=args.jobs, quiet=args.quiet,
+                    use_sandbox=not args.unsafe_no_sandbox, resume=args.resume)
     started = time.monotonic()
     try:
         outcomes = grader.grade(args.submissions.resolve())

