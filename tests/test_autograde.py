@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from servelab_autograder import grade, release, submissions
+from servelab_autograder import grade, procs, release, submissions
 
 pytestmark = pytest.mark.autograde
 
@@ -78,18 +77,6 @@ def _fingerprints() -> dict[str, str]:
     site = Path(nbgrader.__file__).parents[1]
     paths += [*Path(nbgrader.__file__).parent.rglob("*.py"), *site.glob("*.pth"), *site.glob("__editable__*")]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
-
-
-def _running(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +230,7 @@ def test_nothing_outside_the_sandboxes_changed_and_nothing_of_them_is_left(grade
     assert not changed, f"files changed during grading: {changed[:10]}"
     for path, text in graded["canaries"].items():
         assert path.read_text(encoding="utf-8") == text, path
-    assert _running(submissions.DAEMON_MARKER) == [], "the hostile daemon outlived the batch"
+    assert procs.with_argument(submissions.DAEMON_MARKER) == [], "the hostile daemon outlived the batch"
     subs = graded["subs"]
     for a, students in graded["expected"].items():  # every classmate's submission is as written
         for student in students:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab_autograder import sandbox
+from servelab_autograder import procs, sandbox
 from servelab_autograder.limits import GiB, Limits, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,18 +163,6 @@ def test_it_has_its_own_pid_namespace(make_box):
     assert not got["signalled_grader"] or os.getpid() in got["pids"]
 
 
-def _running(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 def test_a_daemon_dies_with_its_sandbox(make_box):
     marker = f"servelab-test-daemon-{os.getpid()}-{time.monotonic_ns()}"
     got = inside(make_box(), f"""
@@ -193,9 +181,9 @@ def test_a_daemon_dies_with_its_sandbox(make_box):
     """)
     assert got["daemon_started"]
     deadline = time.monotonic() + 30
-    while _running(marker) and time.monotonic() < deadline:
+    while procs.with_argument(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _running(marker) == [], "a process started in the sandbox outlived it"
+    assert procs.with_argument(marker) == [], "a process started in the sandbox outlived it"
 
 
 def test_the_address_space_limit_makes_a_big_allocation_fail(make_box):

@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -93,7 +94,7 @@ class SandboxKernelManager(AsyncKernelManager):
         limits = Limits(**plan.get("limits", {}))
         cwd = kw.get("cwd")
         font = plan.get("font_cache")
-        box_dir = Path(plan.get("box_dir") or Path(os.environ.get("TMPDIR", "/tmp")) / f"servelab-box-{os.getpid()}")
+        box_dir = Path(plan.get("box_dir") or tempfile.mkdtemp(prefix="servelab-box-"))
         self.box = sandbox.Sandbox(box_dir, limits).open(work_from=Path(cwd) if cwd else None,
                                                          font_cache=Path(font) if font else None)
         self.transport = "ipc"
@@ -131,7 +132,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def _drain(self, stream) -> None:
         """Keep the head of what the sandbox writes on its own stderr (bwrap's and ipykernel's messages)."""
-        while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+        while chunk := stream.read1(65536):
             if len(self._stderr_head) < KERNEL_LOG_BYTES:
                 self._stderr_head += chunk[: KERNEL_LOG_BYTES - len(self._stderr_head)]
 

@@ -220,7 +220,6 @@ class Sandbox:
     mode: str = field(default_factory=mode)
     python: str = sys.executable
     slot: Slot | None = None
-    mounted: bool = False
 
     # --- host paths ---
     @property
@@ -245,7 +244,6 @@ class Sandbox:
                 subprocess.run(["mount", "-t", "tmpfs", "-o",
                                 f"size={self.limits.scratch},mode=0700,uid={u.uid},gid={u.gid},nosuid,nodev",
                                 "servelab-scratch", str(self.scratch)], check=True, capture_output=True, text=True)
-                self.mounted = True
             for sub in ("work", "home", "tmp", "shm", "ipc", "home/.config/matplotlib"):
                 (self.scratch / sub).mkdir(parents=True, exist_ok=True)
             if work_from is not None:
@@ -270,19 +268,10 @@ class Sandbox:
         """Kill whatever still runs in the sandbox, unmount and remove it, give its user back."""
         if self.slot is not None:
             kill_user(self.slot.user.uid)
-        if self.mounted or (self.scratch.is_dir() and os.path.ismount(self.scratch)):
-            subprocess.run(["umount", "--lazy", str(self.scratch)], capture_output=True)
-            self.mounted = False
-        shutil.rmtree(self.dir, ignore_errors=True)
+        sweep(self.dir)
         if self.slot is not None:
             self.slot.release()
             self.slot = None
-
-    def __enter__(self):
-        return self if self.dir.is_dir() else self.open()
-
-    def __exit__(self, *exc):
-        self.close()
 
     # --- inside ---
     def _write_etc(self) -> None:

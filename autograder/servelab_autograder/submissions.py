@@ -493,7 +493,8 @@ EXIT_CALL = "\nexit()  # hostile: end the kernel here\n"
 SYS_EXIT_CALL = "\nimport sys\nsys.exit(0)  # hostile: raise SystemExit here\n"
 SPIN = "while True:  # load test: computes forever (CPU)\n    pass\n"
 SLEEP = "import time\ntime.sleep(10**6)  # load test: waits forever (no CPU)\n"
-SPIN_FOR = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5:  # load test: 2.5 CPU-seconds\n    pass\n"
+SPIN_FOR = ("import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 2.5:  # load test: 2.5 CPU-seconds\n    pass\n")
 HOG = ("import subprocess, sys, time  # load test: 3 x 500 MiB, held\n"
        "hogs = [subprocess.Popen([sys.executable, '-c', 'b = b\"x\" * (500 * 2**20); import time; time.sleep(600)'])\n"
        "        for _ in range(3)]\ntime.sleep(600)\n")
