@@ -337,6 +337,13 @@ class Sandbox:
                 ro(f"/etc/{name}", f"/etc/{name}")
         ro(self.dir / "etc/passwd", "/etc/passwd")
         ro(self.dir / "etc/group", "/etc/group")
+        # The writable places before the interpreter and the course: an environment that lives under /tmp
+        # (a checkout in /tmp) must be bound over the sandbox's /tmp, not hidden by it.
+        args.extend(["--proc", "/proc", "--dev", "/dev"])
+        parents(SCRATCH)
+        args.extend(["--bind", str(self.scratch), SCRATCH, "--bind", str(self.scratch / "tmp"), "/tmp",
+                     "--bind", str(self.scratch / "shm"), "/dev/shm"])
+        made.update({"/proc", "/dev", "/dev/shm", "/tmp", SCRATCH})
         for d in python_dirs(self.python):
             ro(d, d)
         ro(self.root / "lib" / "servelab", f"{COURSE}/lib/servelab")
@@ -346,10 +353,6 @@ class Sandbox:
             if (self.root / rel).is_file():
                 ro(self.root / rel, f"{COURSE}/{rel}")
         ro(Path(__file__).with_name("sandbox_init.py"), f"{COURSE}/sandbox_init.py")
-        args.extend(["--proc", "/proc", "--dev", "/dev"])
-        parents(SCRATCH)
-        args.extend(["--bind", str(self.scratch), SCRATCH, "--bind", str(self.scratch / "tmp"), "/tmp",
-                     "--bind", str(self.scratch / "shm"), "/dev/shm"])
         return args
 
     def command(self, argv: list[str], cwd: str = f"{SCRATCH}/work") -> list[str]:
