@@ -386,7 +386,7 @@ def cells_with_error(nb, ename: str) -> list[tuple[str, str]]:
     for i, cell in enumerate(nb.cells):
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error" and o.get("ename") == ename:
-                found.append((_gid(cell) or f"#{i}", str(o.get("evalue", "")).strip()))
+                found.append((_cell_name({"grade_id": _gid(cell), "index": i}), str(o.get("evalue", "")).strip()))
                 break
     return found
 
