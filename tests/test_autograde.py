@@ -186,7 +186,10 @@ def test_tampered_submissions_get_what_they_deserve(graded):
 def test_hostile_submissions_score_what_their_honest_part_deserves(graded):
     assert {s for s in graded["expected"][FIRST] if s.startswith("hostile-")} >= {
         f"hostile-{k}" for k in ("gradebook", "grader-source", "kill", "daemon", "memory", "flood", "processes",
-                                 "network", "disk", "exit", "sys-exit", "surrogate")}
+                                 "network", "disk", "exit", "sys-exit", "surrogate",
+                                 # routes around checks in the kernel: nothing against verdicts made outside it
+                                 "transformer", "patched-helpers", "patched-checker", "poisoned-modules",
+                                 "no-profile-reference", "importlib-reference", "read-solutions", "always-equal")}
     problems = _check_expected(graded, FIRST, "hostile-")
     assert not problems, "\n".join(problems)
 
@@ -221,6 +224,7 @@ def test_from_inside_the_sandbox_the_hostile_code_reached_nothing(graded):
     procs = _hostile_report(graded, "processes")
     assert procs["error"] == "RuntimeError" and procs["started"] < 64, procs
     assert _hostile_report(graded, "disk") == {"wrote_mib": 256, "error": "File too large"}
+    assert _hostile_report(graded, "read-solutions") == {"found": []}
     nb = nbformat.read(graded["out"] / "autograded" / "hostile-memory" / FIRST / f"{FIRST}.ipynb", as_version=4)
     assert any(o.get("ename") == "MemoryError" for c in nb.cells for o in c.get("outputs", []))
 

@@ -1,261 +1,248 @@
-"""Unit-level proof that chapter 01's grading works.
+"""Chapter 01 is graded from its table (servelab_autograder/checks/ch01.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-The reference solutions (the solution cells of the source notebook) pass every check and every test cell;
-each known-wrong submission in autograder/known_wrong/ch01_continuous_batching/ fails its check with the
-pitfall's message, and, run cell by cell like nbgrader would, loses exactly the test cells it lists.
+- the solution passes every graded cell on several seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch01_continuous_batching/*.diff) still applies to the solution,
+  loses exactly the cells it lists, and names its pitfall on the first line of each;
+- the test cells hold no hidden tests (the table is the hidden test) and every lesson assert is visible;
+- the visible asserts' messages (``_grade.diagnose``) show input, got and expected, and name the pitfall on the
+  fixed cases through the pitfall atlas, which is what a fresh build of it gives.
 """
 
 from __future__ import annotations
 
-import re
+import random
 import subprocess
 import sys
 import textwrap
 
+import nbformat
 import pytest
-from grading_harness import Notebook, load_module, python_source
+from grading_harness import Notebook, python_source
 
 from servelab import batching
-from servelab_autograder import ch01
+from servelab_autograder import ch01, known_wrong, plain, release, verdicts
+from servelab_autograder.checks import ch01 as table
+from servelab_autograder.spec import atlas_path
 
-NB = Notebook("ch01_continuous_batching")
-KNOWN_WRONG = NB.known_wrong_dir
-
-# test cell grade_id -> how its hidden block grades a namespace
-HELPERS = {
-    "test_simulate_static": lambda ns: ch01.check_simulate_static(ns["simulate_static"]),
-    "test_simulate_continuous": lambda ns: ch01.check_simulate_continuous(ns["simulate_continuous"]),
-    "test_utilization": lambda ns: ch01.check_utilization(ns["utilization"]),
-    "test_lower_bound": lambda ns: ch01.check_lower_bound(ns["lower_bound"]),
-    "test_simulate_continuous_arrivals": lambda ns: ch01.check_simulate_continuous_arrivals(
-        ns["simulate_continuous_arrivals"]),
-    "test_expected_max": lambda ns: ch01.check_expected_max(ns["expected_max"]),
-    "test_drills": lambda ns: ch01.check_drills(ns),
-}
-
-LESSON_ASSERTS = [
-    "assert simulate_static(lens, 2) == (250, [20, 200, 250, 230])",
-    "assert simulate_continuous(lens, 2) == (200, [20, 200, 70, 100])",
-    "assert sum(lens) / (2 * 250) == 0.6 and sum(lens) / (2 * 200) == 0.75",
-    "assert simulate_static([5, 1, 1, 1], 2) == (6, [5, 1, 6, 6])",
-    "assert simulate_continuous([5, 1, 1, 1], 2) == (5, [5, 1, 2, 3])",
-    "rng = random.Random(0)",
-    "for _ in range(300):",
-    "lens = [rng.randint(1, 30) for _ in range(rng.randint(1, 15))]",
-    "B = rng.randint(1, 6)",
-    "got = simulate_continuous(lens, B)",
-    "assert got == naive_continuous(lens, B)",
-    "assert max(max(lens), -(-sum(lens) // B)) <= got[0] <= simulate_static(lens, B)[0]",
-]
+ROOT = release.repo_root()
+A = "ch01_continuous_batching"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
 
 
-def _solution_ids() -> list[str]:
-    return [c.meta.get("grade_id") for c in NB.cells if c.meta.get("solution")]
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def _test_cells() -> list:
-    return [c for c in NB.cells if c.meta.get("grade")]
+def grade(ns: dict, seed: int = SEEDS[0]) -> dict[str, verdicts.Verdict]:
+    return verdicts.grade_namespace(CHAPTER, ns, seed, pitfalls=PITFALLS)
 
 
-def _visible(source: str) -> str:
-    return source.split("### BEGIN HIDDEN TESTS")[0]
+def failing(ns: dict, seed: int = SEEDS[0]) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed).items() if not v.passed}
 
 
-def _hidden(source: str) -> str:
-    match = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", source, re.S)
-    assert match, "a test cell without a hidden block"
-    return match.group(1)
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = set(NB.test_cells())
+    assert set(CHAPTER.cells) == tests
+    assert [c.meta["grade_id"] for c in NB.cells if c.meta.get("solution")] == [
+        "simulate_static", "simulate_continuous", "utilization", "lower_bound", "simulate_continuous_arrivals",
+        "expected_max", "drills"]
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        assert module == "servelab.batching" and callable(getattr(batching, name)), ref
 
 
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """The notebook's imports (setup_1) plus every solution cell, with ``replace`` applied by grade_id."""
-    replace = replace or {}
-    ns: dict = {"__name__": "__ch01_notebook__"}
-    setup = [c for c in NB.cells if c.meta.get("grade_id") == "setup_1"]
-    assert setup, "the notebook lost its setup_1 cell"
-    exec(compile(python_source(setup[0].source), "setup_1", "exec"), ns)
-    for cell in NB.cells:
-        if cell.meta.get("solution"):
-            gid = cell.meta.get("grade_id")
-            exec(compile(replace.get(gid, cell.source), gid, "exec"), ns)
-    return ns
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
-def _run_test_cells(ns: dict) -> dict[str, str]:
-    """Run every test cell in order like an autograder would; grade_id -> failure text for the failures."""
-    failures = {}
-    for cell in _test_cells():
-        gid = cell.meta.get("grade_id")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
+
+
+def test_the_solution_passes_every_visible_test_cell():
+    ns = NB.namespace()
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
+
+
+def test_the_released_stubs_fail_every_graded_cell():
+    stubs = known_wrong.solution_cells(nbformat.read(release.release_notebook(ROOT, A), as_version=4))
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for source in stubs.values():
         try:
-            exec(compile(cell.source, gid, "exec"), ns)
-        except Exception as e:  # noqa: BLE001 - any exception loses the cell's points
-            failures[gid] = f"{type(e).__name__}: {e}"
-    return failures
+            exec(source, ns)
+        except NotImplementedError:
+            pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
 
 
-KNOWN_WRONG_FILES = sorted(KNOWN_WRONG.glob("*.py"))
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(known_wrong.solution_cells(nbformat.read(release.source_notebook(ROOT, A), as_version=4)))
+    assert patched != PITFALLS.solution
+    for seed in SEEDS:
+        got = failing(solution(patch.name), seed)
+        assert sorted(got) == sorted(patch.fails), got
+        for cell, message in got.items():
+            assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+            assert patch.says.lower() in message.lower()
 
 
-def test_notebook_layout():
-    ids = _solution_ids()
-    assert ids == ["simulate_static", "simulate_continuous", "utilization", "lower_bound",
-                   "simulate_continuous_arrivals", "expected_max", "drills"]
-    assert [c.meta.get("grade_id") for c in _test_cells()] == [f"test_{i}" for i in ids]
-    assert set(HELPERS) == {c.meta.get("grade_id") for c in _test_cells()}
-
-
-def test_every_lesson_assert_is_visible_in_a_test_cell():
-    visible = "\n".join(_visible(c.source) for c in _test_cells())
-    for line in LESSON_ASSERTS:
-        assert line in visible, f"lesson line missing from the visible tests: {line}"
-
-
-def test_reference_solutions_pass_every_check():
-    ns = _namespace()
-    for helper in HELPERS.values():
-        helper(ns)  # raises AssertionError on failure
-
-
-def test_reference_solutions_pass_every_test_cell():
-    assert _run_test_cells(_namespace()) == {}
-
-
-def test_hidden_blocks_call_the_helpers():
-    ns = _namespace()
-    for cell in _test_cells():
-        hidden = _hidden(cell.source)
-        assert "from servelab_autograder import ch01 as _grade" in hidden
-        exec(compile(hidden, cell.meta.get("grade_id"), "exec"), ns)
-
-
-def test_there_are_enough_known_wrong_submissions():
-    assert len(KNOWN_WRONG_FILES) >= 6
-    covered = {gid for path in KNOWN_WRONG_FILES for gid in load_module(path).REPLACE}
-    assert covered == set(_solution_ids()), "every exercise has at least one known-wrong submission"
-
-
-@pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
-def test_known_wrong_format(path):
-    module = load_module(path)
-    doc = (module.__doc__ or "").strip()
-    assert doc and "\n" not in doc, "the docstring is one line naming the pitfall"
-    assert module.REPLACE and set(module.REPLACE) <= set(_solution_ids())
-    assert module.FAILS and set(module.FAILS) <= set(HELPERS)
-    assert isinstance(module.MESSAGE, str) and module.MESSAGE
-    pitfalls = [c.source for c in NB.cells if c.kind == "markdown" and "Common pitfalls" in c.source]
-    assert len(pitfalls) == 1
-    assert module.MESSAGE.lower() in pitfalls[0].replace("`", "").lower(), "the chapter names the pitfall"
-    assert any(module.MESSAGE in text for text in ch01.PITFALLS.values()), "the helpers name the pitfall"
-
-
-@pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
-def test_known_wrong_is_caught_by_its_helper(path):
-    module = load_module(path)
-    ns = _namespace(module.REPLACE)
-    for gid in module.REPLACE:
-        with pytest.raises(AssertionError) as info:
-            HELPERS[f"test_{gid}"](ns)
-        assert module.MESSAGE in str(info.value).splitlines()[0], str(info.value)
-
-
-@pytest.mark.parametrize("path", KNOWN_WRONG_FILES, ids=lambda p: p.stem)
-def test_known_wrong_loses_exactly_its_test_cells(path):
-    module = load_module(path)
-    failures = _run_test_cells(_namespace(module.REPLACE))
-    assert sorted(failures) == sorted(module.FAILS), failures
-    for gid, text in failures.items():
-        assert text.startswith("AssertionError"), (gid, text)
-        assert module.MESSAGE in text.splitlines()[0], (gid, text)  # the grader reports the first line
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = next(c.source for c in NB.cells if c.kind == "markdown" and "## Common pitfalls" in c.source)
+    listed = listed.replace("`", "").replace("**", "").lower()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution), "every exercise has a pitfall"
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
 
 
 def test_messages_show_input_got_and_expected():
-    ns = _namespace(load_module(KNOWN_WRONG / "static_no_wait.py").REPLACE)
-    with pytest.raises(AssertionError) as info:
-        ch01.check_simulate_static(ns["simulate_static"])
-    text = str(info.value)
+    text = failing(solution("static_no_wait"))["test_simulate_static"]
     assert "simulate_static(out_lens=[20, 200, 50, 30], B=2)" in text
     assert "returned (230, [20, 200, 250, 230])" in text
     assert "expected (250, [20, 200, 250, 230])" in text
-    assert "Pitfall: static batch does not wait for its longest request" in text
+    relation = failing(solution("static_no_wait"))["test_simulate_continuous"]
+    assert "continuous batching is never slower than static batching" in relation
 
 
-def test_diagnose_says_correct_when_correct():
-    ns = _namespace()
-    assert ch01.diagnose(ns["simulate_static"], [5, 1, 1, 1], 2).endswith("is correct on this input")
-    assert "expected (5, [5, 1, 2, 3])" in ch01.diagnose(ns["simulate_static"], [5, 1, 1, 1], 2,
-                                                         name="simulate_continuous")
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    wrong = solution("static_no_wait")["simulate_static"]
+    text = ch01.diagnose(wrong, [20, 200, 50, 30], 2)
+    assert text.splitlines()[0].startswith("Pitfall: static batch does not wait for its longest request")
+    assert "expected (250, [20, 200, 250, 230])" in text
+    right = solution()["simulate_static"]
+    assert ch01.diagnose(right, [5, 1, 1, 1], 2).endswith("is correct on this input")
+    assert "expected (5, [5, 1, 2, 3])" in ch01.diagnose(right, [5, 1, 1, 1], 2, name="simulate_continuous")
+    mean = solution("expected_max_mean")["expected_max"]
+    assert ch01.diagnose(mean, [0.5, 0.5], 2).startswith("Pitfall: that is E[L] of one draw")
 
 
-def test_the_reference_itself_is_rejected():
-    with pytest.raises(AssertionError, match="itself"):
-        ch01.check_simulate_static(batching.simulate_static)
-    ns = {"batching": batching}
-    exec("def simulate_continuous(out_lens, B):\n    return batching.simulate_continuous(out_lens, B)\n", ns)
-    with pytest.raises(AssertionError, match="calls the reference"):
-        ch01.check_simulate_continuous(ns["simulate_continuous"])
-    ns = {"ref": batching.naive_continuous}
-    exec("def simulate_continuous(out_lens, B):\n    return ref(out_lens, B)\n", ns)
-    with pytest.raises(AssertionError, match="calls the reference"):
-        ch01.check_simulate_continuous(ns["simulate_continuous"])
-    ns = {"servelab": sys.modules["servelab"]}
-    exec("def lower_bound(out_lens, B):\n    return servelab.batching.lower_bound(out_lens, B)\n", ns)
-    with pytest.raises(AssertionError, match="calls the reference"):
-        ch01.check_lower_bound(ns["lower_bound"])
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
 
 
-def test_small_reference_helpers_are_allowed():
-    ns = {"batching": batching}
-    exec("def expected_max(pmf, B):\n"
-         "    mean = batching.pmf_mean(pmf)  # allowed, if pointless\n"
-         "    cdfs = [sum(pmf[:k]) for k in range(len(pmf))]\n"
-         "    return sum(1 - F**B for F in cdfs) + 0 * mean\n", ns)
-    ch01.check_expected_max(ns["expected_max"])
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_simulate_static"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    assert verdicts.cases(ex, 1) == first
+
+
+def _graded(source: str, cell: str, extra: dict | None = None) -> verdicts.Verdict:
+    ns = {**solution(), **(extra or {})}
+    exec(textwrap.dedent(source), ns)
+    return grade(ns)[cell]
 
 
 def test_results_are_converted_not_trusted():
-    class Sneaky:  # equal to everything
-        def __eq__(self, other):
-            return True
-
-    ns: dict = {"Sneaky": Sneaky}
-    exec("def simulate_static(out_lens, B):\n    return Sneaky()\n", ns)
-    with pytest.raises(AssertionError, match="expected a tuple"):
-        ch01.check_simulate_static(ns["simulate_static"])
-    exec("def lower_bound(out_lens, B):\n    return max(max(out_lens), sum(out_lens) / B)\n", ns)
-    with pytest.raises(AssertionError, match="whole number"):
-        ch01.check_lower_bound(ns["lower_bound"])
-
-
-def test_learner_exceptions_and_stubs_are_reported():
-    ns: dict = {}
-    exec("def utilization(out_lens, B, total_steps):\n    raise NotImplementedError()\n", ns)
-    with pytest.raises(AssertionError, match="NotImplementedError"):
-        ch01.check_utilization(ns["utilization"])
-    exec("def lower_bound(out_lens, B):\n    out_lens.sort()\n    return max(out_lens)\n", ns)
-    with pytest.raises(AssertionError, match="changed its input"):
-        ch01.check_lower_bound(ns["lower_bound"])
-
-
-def test_drills_accept_a_sequence_and_name_missing_answers():
-    ns = _namespace()
-    ch01.check_drills([ns["drill_1"], ns["drill_2"], ns["drill_3"]])
-    with pytest.raises(AssertionError, match="drill_3 is not defined"):
-        ch01.check_drills({"drill_1": ns["drill_1"], "drill_2": ns["drill_2"]})
-    with pytest.raises(AssertionError, match="expected a number"):
-        ch01.check_drills({"drill_1": "300", "drill_2": ns["drill_2"], "drill_3": ns["drill_3"]})
-
-
-def test_checks_work_under_python_O():
-    script = textwrap.dedent("""
-        from servelab_autograder import ch01
+    v = _graded("""
+        class Sneaky:  # equal to everything
+            def __eq__(self, other):
+                return True
         def simulate_static(out_lens, B):
-            return sum(out_lens), list(out_lens)
-        try:
-            ch01.check_simulate_static(simulate_static)
-        except AssertionError as e:
-            print("caught:", e)
-        else:
-            print("not caught")
+            return Sneaky()
+    """, "test_simulate_static")
+    assert not v.passed and "expected a tuple" in v.message
+    v = _graded("def lower_bound(out_lens, B):\n    return max(max(out_lens), sum(out_lens) / B)\n", "test_lower_bound")
+    assert not v.passed and "whole number" in v.message
+
+
+def test_learner_exceptions_stubs_and_changed_inputs_are_reported():
+    v = _graded("def utilization(out_lens, B, total_steps):\n    raise NotImplementedError()\n", "test_utilization")
+    assert "raised NotImplementedError: fill in the function first" in v.message
+    v = _graded("def lower_bound(out_lens, B):\n    out_lens.sort()\n    return max(out_lens)\n", "test_lower_bound")
+    assert "changed its input lists" in v.message
+    ns = solution()
+    del ns["expected_max"]
+    v = grade(ns)["test_expected_max"]
+    assert (v.ename, v.message) == ("NameError", "name 'expected_max' is not defined")
+
+
+def test_drills_name_a_missing_or_malformed_answer():
+    ns = solution()
+    del ns["drill_3"]
+    assert "drill_3 is not defined: assign your answer to drill_3" in grade(ns)["test_drills"].message
+    ns = {**solution(), "drill_1": "300"}
+    assert "expected a number" in grade(ns)["test_drills"].message
+
+
+def test_a_malformed_answer_from_the_kernel_scores_zero():
+    v = verdicts.judge(CHAPTER, "test_simulate_static", 0, {"calls": [{"results": [{"ok": {"$": "nope"}}]}]},
+                       PITFALLS)
+    assert not v.passed and "scores 0" in v.message
+    v = verdicts.judge(CHAPTER, "test_lower_bound", 0, {"calls": "junk"}, PITFALLS)
+    assert not v.passed
+
+
+def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    script = textwrap.dedent("""
+        import importlib, json
+        from servelab import batching
+        out = {}
+        calls = {"simulate_static": ([5, 1], 2), "naive_continuous": ([5, 1], 2), "expected_max": ([0.5, 0.5], 2),
+                 "pmf_mean": ([0.5, 0.5],), "geometric_pmf": (10,)}
+        for name, args in calls.items():
+            fn = getattr(importlib.import_module("servelab.batching"), name)
+            try:
+                fn(*args)
+                out[name] = "ran"
+            except RuntimeError as e:
+                out[name] = str(e)
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(lib.parent)!r})\n"
+                           + script], capture_output=True, text=True, check=True)
+    import json
+
+    got = json.loads(done.stdout)
+    assert got["simulate_static"] == ("servelab.batching.simulate_static is not available while grading: the grader "
+                                      "compares your code with it")
+    assert "not available" in got["naive_continuous"] and "not available" in got["expected_max"]
+    assert got["pmf_mean"] == "ran" and got["geometric_pmf"] == "ran"  # helpers the exercises may use
+
+
+def test_verdicts_need_no_asserts():
+    script = textwrap.dedent(f"""
+        from servelab_autograder import verdicts
+        from servelab_autograder.checks import ch01 as table
+        P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
+        v = verdicts.grade_namespace(table.CHAPTER, dict(P.namespace("static_sum_of_lengths")), 3, pitfalls=P)
+        print(sorted(c for c, x in v.items() if not x.passed))
     """)
     out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("caught:"), out.stdout + out.stderr
+    assert out.stdout.strip() == "['test_simulate_static']", out.stdout + out.stderr
+
+
+def test_probe_answers_are_plain_data_only():
+    rng = random.Random(5)
+    ns = solution()
+    req = verdicts.request(CHAPTER, "test_simulate_continuous", rng.randrange(10**6))
+    assert [c["name"] for c in req["calls"]] == ["simulate_continuous", "simulate_static"]
+    from servelab_autograder import probe
+
+    reply = probe.answer(req, ns)
+    first = reply["calls"][0]["results"][0]
+    assert set(first) == {"ok", "after"} and plain.decode(first["ok"]) == (200, [20, 200, 70, 100])

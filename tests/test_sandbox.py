@@ -88,9 +88,14 @@ def test_it_sees_the_course_library_and_its_scratch_and_nothing_of_the_grader(ma
                                 "scratch", "course", "root", "work", "home", "opt"}, got["top"]
     assert got["visible"] == []
     grader_side = {p for p in got["course"] if p.startswith("autograder/")}
-    allowed = {f"autograder/servelab_autograder/{p.name}" for p in sandbox.kernel_side_files(ROOT)}
-    assert grader_side == allowed and "autograder/servelab_autograder/grade.py" not in grader_side
-    assert "autograder/servelab_autograder/ch01.py" in grader_side  # the hidden tests still import it
+    pkg = ROOT / "autograder" / "servelab_autograder"
+    allowed = {f"autograder/servelab_autograder/{f.relative_to(pkg)}" for p in sandbox.kernel_side_files(ROOT)
+               for f in ([p] if p.is_file() else [q for q in p.rglob("*") if q.is_file()])}
+    assert grader_side == allowed
+    for trusted in ("grade.py", "verdicts.py", "known_wrong.py", "checks/ch01.py", "kernel_guard.py"):
+        assert f"autograder/servelab_autograder/{trusted}" not in grader_side, trusted
+    for kernel_side in ("ch01.py", "probe.py", "plain.py", "spec.py", "atlas/ch01_continuous_batching.json"):
+        assert f"autograder/servelab_autograder/{kernel_side}" in grader_side, kernel_side
     assert "lib/servelab/scheduler.py" in got["course"] and "sandbox_init.py" in got["course"]
     assert not any(p.startswith(("solutions", "course", "tests")) for p in got["course"])
 

@@ -47,6 +47,7 @@ import hashlib
 import html
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,7 @@ from pathlib import Path
 import nbformat
 
 from servelab_autograder import limits as grading_limits
-from servelab_autograder import sandbox
+from servelab_autograder import sandbox, verdicts
 from servelab_autograder.kernel_guard import ENV_PLAN, TIMEOUT_ENAME
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
@@ -86,6 +87,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     digest: str = ""   # sha256 of the submitted notebook's bytes: a resumed run re-grades a changed one
+    seed: int | None = None  # the seed of the random cases it was graded on (chapters graded from a table)
 
     def row(self) -> dict:
         return {"student": self.student, "assignment": self.assignment, "score": _num(self.score),
@@ -454,7 +456,7 @@ def sweep_stale_staging() -> list[Path]:
 class Grader:
     def __init__(self, root: Path, out: Path, limits: grading_limits.Limits | None = None,
                  overrides: dict | None = None, jobs: int = 1, quiet: bool = False, use_sandbox: bool = True,
-                 resume: bool = False):
+                 resume: bool = False, seed: int | None = None):
         from servelab_autograder import release
 
         self.release = release
@@ -477,6 +479,8 @@ class Grader:
         (self.staging / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
         self.boxes = 0
         self.font_cache: Path | None = None
+        self.seed = seed if seed is not None else secrets.randbelow(2**31)
+        self.libraries: dict[str, Path] = {}
         self.chapters: dict[str, Chapter] = {}
         self.every_chapter: dict[str, Chapter] = {}   # all of solutions/, to recognise a foreign notebook
         self.results: list[Outcome] = []
@@ -597,12 +601,16 @@ class Grader:
         for a in known:
             if a not in self.every_chapter:
                 self.every_chapter[a] = Chapter.from_release(a, self.release.source_notebook(self.root, a))
+        for a in needed:
+            chapter = verdicts.table(a)
+            if chapter is not None and chapter.references and self.use_sandbox:
+                self.libraries[a] = sandbox.build_library(self.root, self.staging / f"lib-{a}", chapter.references)
         lim = self.limits(needed[0]) if needed else self.base_limits
         where = f"in a {sandbox.mode()}-mode sandbox" if self.use_sandbox else "WITHOUT a sandbox"
         self.say(f"registered {', '.join(needed) or 'no chapters'} in {self.db_url[len('sqlite:///'):]} "
                  f"({time.monotonic() - start:.1f} s); grading {len(todo)} submission(s) {where}, "
                  f"{self.jobs} at a time; limits: {lim.cell_cpu_s:g} CPU-s a cell, {lim.notebook_cpu_s:g} a "
-                 f"notebook, wall-clock backstops x{lim.wall_factor:g}")
+                 f"notebook, wall-clock backstops x{lim.wall_factor:g}; random cases from seed {self.seed}")
 
         from nbgrader.api import Gradebook, MissingEntry
 
@@ -673,6 +681,10 @@ class Grader:
         plan = {"progress": str(job.progress), "skip": job.skip, "scale": job.scale, "limits": lim.as_dict(),
                 "sandbox": self.use_sandbox, "box_dir": str(job.box_dir),
                 "font_cache": str(self.font_cache) if self.font_cache else None}
+        if verdicts.table(job.assignment) is not None:
+            plan["verdicts"] = {"assignment": job.assignment, "seed": self.seed}
+        if job.assignment in self.libraries:
+            plan["library"] = str(self.libraries[job.assignment])
         plan_path = self.staging / f"plan-{self.boxes}.json"
         plan_path.write_text(json.dumps(plan), encoding="utf-8")
         env = dict(self.env)
@@ -726,7 +738,8 @@ class Grader:
         limit = next((e for e in events if e.get("event") == "limit"), None)
         lim = self.limits(job.assignment)
         top = self.chapters[job.assignment].max_score
-        done = Outcome(job.student, job.assignment, 0.0, top, digest=job.digest)
+        done = Outcome(job.student, job.assignment, 0.0, top, digest=job.digest,
+                       seed=self.seed if verdicts.table(job.assignment) is not None else None)
         retry = job.attempt < MAX_ATTEMPTS
 
         # A cell stopped by the wall-clock backstop had used little CPU: the machine, or a wait, not the
@@ -911,6 +924,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="submissions graded at the same time, each in its own process and sandbox (default 1)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the results of an earlier, interrupted run; grade only what has none (or changed)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="seed of the random cases of chapters graded from a table (default: a fresh one, "
+                             "printed and kept in each result; give it to reproduce a run)")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run learners' code without a sandbox, as you, seeing your files: only on a trusted "
                              "machine with trusted submissions")
@@ -950,7 +966,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(release.venv_path_env())
     out.mkdir(parents=True, exist_ok=True)
     grader = Grader(root, out, overrides=overrides, jobs=args.jobs, quiet=args.quiet,
-                    use_sandbox=not args.unsafe_no_sandbox, resume=args.resume)
+                    use_sandbox=not args.unsafe_no_sandbox, resume=args.resume, seed=args.seed)
     started = time.monotonic()
     try:
         outcomes = grader.grade(args.submissions.resolve())

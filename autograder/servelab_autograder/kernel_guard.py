@@ -27,6 +27,7 @@ Without a plan it is nbgrader's ``Execute``, unchanged.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import subprocess
@@ -50,6 +51,9 @@ TICK_S = 0.1             # how often a running cell is measured
 GRACE_CPU_S = 2.0        # after an interrupt: CPU the kernel may still burn before it is killed
 GRACE_WALL_S = 10.0      # ... or wall-clock time
 KERNEL_LOG_BYTES = 64 * 1024   # of the kernel's own stderr (not its cells' output), kept for the grader's log
+ZMQ_GC_START = '__import__("zmq.utils.garbage").utils.garbage.gc.start()'
+DEMO_NOTE = ("(not run while grading: this cell shows the reference, which the grading sandbox does not have; "
+             "it runs as usual in your own notebook)\n")
 TRUNCATED = "[output truncated at {} bytes: the grader keeps at most {} per cell and {} per notebook]"
 
 
@@ -95,8 +99,9 @@ class SandboxKernelManager(AsyncKernelManager):
         cwd = kw.get("cwd")
         font = plan.get("font_cache")
         box_dir = Path(plan.get("box_dir") or tempfile.mkdtemp(prefix="servelab-box-"))
-        self.box = sandbox.Sandbox(box_dir, limits).open(work_from=Path(cwd) if cwd else None,
-                                                         font_cache=Path(font) if font else None)
+        library = plan.get("library")
+        self.box = sandbox.Sandbox(box_dir, limits, library=Path(library) if library else None)
+        self.box.open(work_from=Path(cwd) if cwd else None, font_cache=Path(font) if font else None)
         self.transport = "ipc"
         self.cache_ports = False
         self.ip = str(self.box.host(f"{sandbox.SCRATCH}/ipc/k"))
@@ -192,13 +197,25 @@ class GuardedExecute(Execute):
             self.limits = Limits(**self.plan.get("limits", {}))
             if self.plan.get("sandbox"):
                 self.kernel_manager_class = SandboxKernelManager
+            # pyzmq sends a large frame without copying through a helper thread it starts on first use; a
+            # notebook that used up its process limit would then break the kernel's own messages. Start it
+            # before any of the learner's code runs.
+            self.extra_arguments = [*self.extra_arguments, f"--IPKernelApp.exec_lines={ZMQ_GC_START}"]
             scale = max([1.0, *map(float, self.plan.get("scale", {}).values())])
             # nbclient's own timeout only as a last resort behind the watch
             self.timeout = int(self.limits.cell_wall_s * scale + 60)
         self._cell_bytes: dict[int, int] = {}
         self._notebook_bytes = 0
         self._marked: set[tuple[int, str]] = set()
-        self._notebook_stopped = False
+        self._probing = False
+        self.chapter = self.pitfalls = None
+        self.seed = 0
+        if self.plan is not None and self.plan.get("verdicts"):
+            from servelab_autograder import release, verdicts
+
+            self.chapter = verdicts.table(self.plan["verdicts"]["assignment"])
+            self.seed = int(self.plan["verdicts"]["seed"])
+            self.pitfalls = verdicts.Pitfalls(self.chapter, release.repo_root())
 
     # --- one cell ---------------------------------------------------------------------------------
     def preprocess_cell(self, cell, resources, index):
@@ -211,14 +228,65 @@ class GuardedExecute(Execute):
             cell.execution_count = None
             record(self.plan, {"index": index, "grade_id": gid, "event": "skipped"})
             return cell, self.resources
+        if self.chapter is not None and gid in self.chapter.demos:
+            self._check_assign_resources(resources)
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=DEMO_NOTE)]
+            cell.execution_count = None
+            record(self.plan, {"index": index, "grade_id": gid, "event": "demo"})
+            return cell, self.resources
         if cell.cell_type == "code":
             record(self.plan, {"index": index, "grade_id": gid, "event": "start"})
         try:
+            if self.chapter is not None and gid in self.chapter.cells:
+                return self._verdict(cell, resources, index, gid)
             return super().preprocess_cell(cell, resources, index)
         except BaseException as err:
             record(self.plan, {"index": index, "grade_id": gid, "event": "error", "error": type(err).__name__,
                                "detail": str(err)[:500]})
             raise
+
+    def _verdict(self, cell, resources, index, gid):
+        """A graded test cell: its source is never run in the kernel. The kernel runs the learner's code on the
+        table's cases (a probe) and hands back plain data; the verdict is made here, and written as the cell's
+        output for nbgrader to score."""
+        from servelab_autograder import probe, verdicts
+
+        req = verdicts.request(self.chapter, gid, self.seed)
+        probe_cell = nbformat.v4.new_code_cell(f"__import__({probe.__name__!r}).probe.run({json.dumps(req)!r})")
+        probe_cell.metadata = copy.deepcopy(cell.metadata)  # the same grade id in every event and message
+        self._probing = True
+        try:
+            super().preprocess_cell(probe_cell, resources, index)
+        finally:
+            self._probing = False
+            self.nb.cells[index] = cell
+        cell.execution_count = probe_cell.execution_count
+        stopped = [o for o in probe_cell.outputs if o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME]
+        replies = [o["data"][probe.MIME] for o in probe_cell.outputs
+                   if o.get("output_type") == "display_data" and probe.MIME in o.get("data", {})]
+        if stopped:
+            cell.outputs = stopped
+            return cell, self.resources
+        if len(replies) != 1:
+            errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in probe_cell.outputs
+                      if o.get("output_type") == "error"]
+            why = f" (the kernel said {errors[0][:300]})" if errors else ""
+            v = verdicts.Verdict(False, f"the grader got no answer from your kernel for this cell{why}; "
+                                        f"it scores 0")
+        else:
+            try:
+                reply = json.loads(replies[0])
+            except (TypeError, ValueError):
+                reply = {}
+            v = verdicts.judge(self.chapter, gid, self.seed, reply if isinstance(reply, dict) else {}, self.pitfalls)
+        if v.passed:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{v.message} (seed {self.seed})\n")]
+        else:
+            cell.outputs = [nbformat.v4.new_output("error", ename=v.ename, evalue=v.message,
+                                                   traceback=[f"{v.ename}: {line}" if i == 0 else line
+                                                              for i, line in enumerate(v.message.splitlines())])]
+        record(self.plan, {"index": index, "grade_id": gid, "event": "verdict", "passed": v.passed})
+        return cell, self.resources
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if self.plan is None or cell.cell_type != "code" or not cell.source.strip():
@@ -228,6 +296,12 @@ class GuardedExecute(Execute):
         task = asyncio.ensure_future(self._watch(watch))
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except ValueError as err:
+            if "Signature" not in str(err):
+                raise
+            # a message the kernel's session did not sign as a whole: the kernel is broken; end it
+            self._kill()
+            raise DeadKernelError(f"the kernel sent a broken message ({err})") from None
         except DeadKernelError:
             if watch.killed == "stuck":
                 raise CellTimeoutError(f"{watch.message()}; the kernel ignored the interrupt and was "
@@ -326,6 +400,8 @@ class GuardedExecute(Execute):
 
     def _capped(self, msg: dict, index: int) -> dict | None:
         lim = self.limits
+        if self._probing:  # the probe's answer is read here, never stored in the notebook
+            return msg if _size(msg.get("content") or {}) <= lim.probe_output else None
         content = msg.get("content") or {}
         size = _size(content)
         left = min(lim.cell_output - self._cell_bytes.get(index, 0), lim.notebook_output - self._notebook_bytes)

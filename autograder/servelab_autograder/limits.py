@@ -19,6 +19,7 @@ the cell's limits doubled before it costs points (a starved machine is not the l
 | ``open_files`` | 512 | ``open`` fails (``EMFILE``) |
 | ``cell_output`` | 1 MiB | the rest of the cell's output becomes one "output truncated at N bytes" line |
 | ``notebook_output`` | 8 MiB | the same, for the whole notebook |
+| ``probe_output`` | 16 MiB | what the kernel hands back for one graded cell: past it, the cell gets no answer (0) |
 
 A chapter that needs more says so in :data:`CHAPTERS`; ``python -m servelab_autograder.grade`` flags
 (``--cell-cpu``, ``--notebook-cpu``, ``--wall-factor``, ``--limit NAME=VALUE``) override both for one run.
@@ -45,6 +46,7 @@ class Limits:
     open_files: int = 512
     cell_output: int = 1 * MiB
     notebook_output: int = 8 * MiB
+    probe_output: int = 16 * MiB
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -57,9 +57,11 @@ DEFAULT_USERS = 8
 LOCK_DIR = Path("/run/lock/servelab-sandbox")
 SCRATCH = "/scratch"
 COURSE = "/course"
-# The part of servelab_autograder the notebooks import inside the kernel (their hidden test cells call the
-# chapters' check helpers). Everything else of the grader stays outside.
-KERNEL_SIDE = ("__init__.py", "common.py", "ch[0-9][0-9].py")
+# The part of servelab_autograder the kernel may see: what the notebooks import (the chapters' learner-facing
+# modules; the hidden test cells of chapters not yet graded from a table call their check helpers), the probe
+# that answers the grader, and the plain-data format. The grading tables, the known-wrong patches and the rest
+# of the grader stay outside.
+KERNEL_SIDE = ("__init__.py", "common.py", "ch[0-9][0-9].py", "plain.py", "probe.py", "spec.py", "atlas")
 # Files of the course the notebooks read (chapter 06 shows the GPU bench's results).
 COURSE_FILES = ("bench/kernels_results.md",)
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "fonts", "localtime", "nsswitch.conf", "host.conf",
@@ -219,6 +221,7 @@ class Sandbox:
     root: Path = field(default_factory=course_root)
     mode: str = field(default_factory=mode)
     python: str = sys.executable
+    library: Path | None = None          # a build of servelab to show instead of the checkout's (build_library)
     slot: Slot | None = None
 
     # --- host paths ---
@@ -346,7 +349,7 @@ class Sandbox:
         made.update({"/proc", "/dev", "/dev/shm", "/tmp", SCRATCH})
         for d in python_dirs(self.python):
             ro(d, d)
-        ro(self.root / "lib" / "servelab", f"{COURSE}/lib/servelab")
+        ro(self.library or self.root / "lib" / "servelab", f"{COURSE}/lib/servelab")
         for path in kernel_side_files(self.root):
             ro(path, f"{COURSE}/autograder/servelab_autograder/{path.name}")
         for rel in COURSE_FILES:
@@ -388,6 +391,43 @@ class Sandbox:
         """Run ``argv`` inside to completion (for checks and tests)."""
         return subprocess.run(self.command(argv), capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, **kw)
+
+
+UNAVAILABLE = '''
+
+# --- added by the grader: the references of the chapter being graded are not available while it grades ---
+def _servelab_unavailable(name):
+    def unavailable(*args, **kwargs):
+        raise RuntimeError(f"{name} is not available while grading: the grader compares your code with it")
+    unavailable.__name__ = unavailable.__qualname__ = name.rsplit(".", 1)[-1]
+    return unavailable
+'''
+
+
+def build_library(root: Path, dest: Path, references: tuple[str, ...] | list[str]) -> Path:
+    """A copy of the checkout's ``servelab`` under ``dest`` in which each reference ``"module:name"`` (or
+    ``"module:Class.method"``) raises "not available while grading", by any route: the copy is what the
+    sandbox shows, so a learner's code can only call its own. Returns the package folder."""
+    lib = Path(dest) / "servelab"
+    shutil.copytree(Path(root) / "lib" / "servelab", lib, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    by_module: dict[str, list[str]] = {}
+    for ref in references:
+        module, _, name = ref.partition(":")
+        if not module.startswith("servelab") or not name:
+            raise ValueError(f"reference {ref!r}: expected 'servelab.module:name'")
+        by_module.setdefault(module, []).append(name)
+    for module, names in by_module.items():
+        parts = module.split(".")[1:]
+        path = lib.joinpath(*parts).with_suffix(".py")
+        if not path.is_file():
+            path = lib.joinpath(*parts, "__init__.py")
+        text = path.read_text(encoding="utf-8") + UNAVAILABLE
+        for name in names:
+            text += f"{name} = _servelab_unavailable({module + '.' + name!r})\n"
+        path.write_text(text, encoding="utf-8")
+    for path in [Path(dest), *Path(dest).rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return lib
 
 
 def sweep(box_dir: Path | None) -> None:

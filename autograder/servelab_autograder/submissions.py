@@ -6,7 +6,8 @@ writes ``DIR/<student>/<assignment>/<assignment>.ipynb`` for every chapter (or t
 
     solution              the released notebook with every solution cell filled in (a perfect learner)
     stubs                 the released notebook, untouched
-    wrong-<pitfall>       the solution with autograder/known_wrong/<a>/<pitfall>.py's REPLACE applied
+    wrong-<pitfall>       the solution with autograder/known_wrong/<a>/<pitfall>.diff applied (or, for a chapter
+                          not yet graded from a table, <pitfall>.py's REPLACE)
     tamper-<kind>         malformed JSON, another chapter's notebook, a renamed function, an endless loop
                           that swallows KeyboardInterrupt, os._exit(0), a deleted / edited / duplicated /
                           metadata-stripped test cell
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 
+from servelab_autograder import known_wrong as known_wrong_patches
 from servelab_autograder.release import chapters, release_notebook, repo_root, source_notebook
 
 KNOWN_WRONG = "autograder/known_wrong"
@@ -92,8 +94,7 @@ def load_source(assignment: str, root: Path | None = None):
 
 def solution_code(assignment: str, root: Path | None = None) -> dict[str, str]:
     """grade_id -> the code a perfect learner puts in that solution cell."""
-    return {grade_id(c): strip_solution_markers(c.source) for c in load_source(assignment, root).cells
-            if is_solution(c) and grade_id(c)}
+    return known_wrong_patches.solution_cells(load_source(assignment, root))
 
 
 def _fresh(nb):
@@ -190,8 +191,19 @@ def load_pitfall(path: Path, release_nb) -> dict:
 
 
 def pitfalls(assignment: str, root: Path | None = None) -> list[dict]:
+    """The chapter's known-wrong submissions: its patches (``*.diff``, see servelab_autograder.known_wrong)
+    applied to the solution, or, for a chapter not yet graded from a table, its ``*.py`` REPLACE modules."""
     root = root or repo_root()
     folder = root / KNOWN_WRONG / assignment
+    patches = known_wrong_patches.pitfalls(root, assignment)
+    if patches:
+        answers = solution_code(assignment, root)
+        out = []
+        for p in patches:
+            patched = p.apply(answers)
+            out.append({"name": p.name, "replace": {gid: patched[gid] for gid in p.cells}, "fails": list(p.fails),
+                        "message": p.says, "description": p.message})
+        return out
     release_nb = load_release(assignment, root)
     return [load_pitfall(p, release_nb) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
 
@@ -557,6 +569,149 @@ def hostile(assignment: str, root: Path | None = None, known: list[str] | None =
     text = nbformat.writes(full).replace('"cells": [', '"cells": [{"cell_type": "markdown", "id": "lone", '
                                          '"metadata": {}, "source": "\\ud800"}, ', 1)
     out["surrogate"] = (text, expect("malformed", 0.0, "lone surrogate", what="JSON holding a lone surrogate escape"))
+    from servelab_autograder import verdicts
+
+    if verdicts.table(assignment) is not None:
+        out.update(hostile_to_verdicts(assignment, root))
+    return out
+
+
+# Routes around checks that run inside the learner's kernel. Against a chapter graded from a table (verdicts
+# made outside the kernel, the chapter's references missing from the sandbox) each earns nothing.
+TRANSFORMER = ARMED + """\
+# hostile: every later cell becomes `pass`, the hidden tests nbgrader restores included
+get_ipython().input_transformers_cleanup.append(lambda lines: ["pass\\n"])
+"""
+PATCHED_HELPERS = ARMED + """\
+# hostile: every comparison a check could make says yes
+import builtins, math
+import numpy.testing
+math.isclose = lambda *a, **k: True
+builtins.abs = lambda x: 0
+numpy.testing.assert_allclose = numpy.testing.assert_array_equal = lambda *a, **k: None
+import servelab_autograder.{short} as _grade
+_grade.diagnose = lambda *a, **k: "correct"
+for _name in dir(_grade):
+    if _name.startswith("check"):
+        setattr(_grade, _name, lambda *a, **k: None)
+"""
+PATCHED_CHECKER = ARMED + """\
+# hostile: a fake checker module, and a probe that answers "all right" with the inputs it was given
+import json, sys, types
+fake = types.ModuleType("servelab_autograder.{short}")
+fake.__getattr__ = lambda name: (lambda *a, **k: None)
+sys.modules["servelab_autograder.{short}"] = fake
+import servelab_autograder.probe as probe
+from IPython.display import display
+def run(request):
+    req = json.loads(request)
+    calls = [{{"results": [{{"ok": {{"$": "tuple", "v": case}}, "after": case}} for case in c["cases"]]}}
+             for c in req.get("calls", [])]
+    values = {{n: 1.0 for n in req.get("names", [])}}
+    display({{probe.MIME: json.dumps({{"calls": calls, "values": values}})}}, raw=True)
+probe.run = run
+"""
+POISONED_MODULES = ARMED + """\
+# hostile: poison the modules a grader would import in this kernel
+import sys, types
+for name in ["json", "math", "servelab_autograder.plain", "servelab_autograder.spec", "nbgrader"]:
+    sys.modules[name] = types.SimpleNamespace(__getattr__=lambda n: (lambda *a, **k: True))
+"""
+READ_SOLUTIONS = ARMED + """\
+# hostile: find the solution notebook and run its solution cells here
+import glob, json, os
+patterns = [{solutions!r} + "/*/*.ipynb", "/*/solutions/*/*.ipynb", "/*/*/solutions/*/*.ipynb",
+            "/*/*/*/solutions/*/*.ipynb", "/course/**/*.ipynb", "/scratch/**/*.ipynb"]
+found = sorted({{p for pat in patterns for p in glob.glob(pat, recursive=True) if "solutions" in p}})
+for path in found:
+    for cell in json.load(open(path))["cells"]:
+        if cell.get("metadata", {{}}).get("nbgrader", {{}}).get("solution"):
+            exec("".join(cell["source"]), globals())
+print("HOSTILE " + json.dumps({{"found": found}}))
+"""
+ALWAYS_EQUAL = ARMED + """\
+# hostile: every answer is an object equal to everything
+class Yes:
+    def __eq__(self, other):
+        return True
+    __hash__ = object.__hash__
+    def __float__(self):
+        return 0.0
+    def __getitem__(self, i):
+        return self
+    def __len__(self):
+        return 2
+for _name in {names!r}:
+    globals()[_name] = lambda *a, _y=Yes(), **k: _y
+for _name in {drills!r}:
+    globals()[_name] = Yes()
+"""
+
+
+def hostile_to_verdicts(assignment: str, root: Path | None = None) -> dict[str, tuple]:
+    """The routes that beat checks run in the learner's kernel, for a chapter whose verdicts are made outside
+    it: input transformers, patched comparison helpers, a fake checker module and probe, poisoned modules,
+    the reference reached past the old guards (profile hook off, importlib), the solutions read from disk,
+    objects equal to everything. Each scores exactly what its honest part earns."""
+    from servelab_autograder import verdicts
+
+    root = root or repo_root()
+    chapter = verdicts.table(assignment)
+    full = complete_submission(assignment, root)
+    stubs = _fresh(load_release(assignment, root))
+    top = max_score(full)
+    short = assignment[:4]
+    worth = {grade_id(c): points(c) for c in full.cells if is_test(c)}
+    first_solution = next(grade_id(c) for c in stubs.cells if is_solution(c))
+
+    def expect(score, message="", what="", status="ok"):
+        return {"status": status, "score": score, "max_score": top, "below_full": score < top, "fails": [],
+                "message": message, "description": what, "keeps": []}
+
+    out = {}
+    nb = copy.deepcopy(stubs)
+    cell = nb.cells[_cell_index(nb, first_solution)]
+    cell.source = TRANSFORMER + cell.source
+    out["transformer"] = (nb, expect(0.0, "no answer from your kernel", "an input transformer turns later cells "
+                                                                        "into pass, nothing implemented"))
+    out["patched-helpers"] = (_with_cell(stubs, PATCHED_HELPERS.format(short=short)),
+                              expect(0.0, "NotImplementedError", "isclose, abs, numpy.testing and the check "
+                                                                 "helpers patched, nothing implemented"))
+    out["patched-checker"] = (_with_cell(stubs, PATCHED_CHECKER.format(short=short)),
+                              expect(0.0, "", "a fake checker module and a probe that says yes, nothing "
+                                              "implemented"))
+    out["poisoned-modules"] = (_with_cell(stubs, POISONED_MODULES),
+                               expect(0.0, "", "json, math and the grader's modules poisoned, nothing implemented"))
+    out["read-solutions"] = (_with_cell(stubs, READ_SOLUTIONS.format(solutions=str(root / "solutions"))),
+                             expect(0.0, "NotImplementedError", "runs the solution notebook's cells if it can "
+                                                                "find one, nothing implemented"))
+    names = [ex.spec.name for ex in chapter.exercises]
+    drills = [d.name for d in chapter.drills.drills] if chapter.drills else []
+    out["always-equal"] = (_with_cell(stubs, ALWAYS_EQUAL.format(names=names, drills=drills)),
+                           expect(0.0, "", "every function returns an object equal to everything"))
+    # the reference, reached past the old guards: only the exercises that use it lose their points
+    ex = chapter.exercises[0]
+    ref_module = chapter.references[0].split(":")[0]
+    def using(name: str) -> list[str]:  # the graded cells that call the learner's ``name``
+        return [c for c, g in chapter.cells.items()
+                if isinstance(g, verdicts.Exercise) and name in [g.spec.name, *(r.other.name for r in g.relations)]]
+
+    nb = copy.deepcopy(full)
+    cell = nb.cells[_cell_index(nb, ex.spec.name)]
+    cell.source += (f"\n\nimport sys\nsys.setprofile = lambda *a, **k: None  # hostile: switch a profile watch off\n"
+                    f"import {ref_module} as _ref\n"
+                    f"{ex.spec.name} = lambda *args: _ref.{ex.spec.name}(*args)  # hostile: the reference\n")
+    out["no-profile-reference"] = (nb, expect(top - sum(worth[c] for c in using(ex.spec.name)),
+                                              "not available while grading",
+                                              f"{ex.spec.name} calls the reference with the profile hook off"))
+    last = chapter.exercises[-1]
+    nb = copy.deepcopy(full)
+    cell = nb.cells[_cell_index(nb, last.spec.name)]
+    cell.source += (f"\n\nimport importlib  # hostile: the reference by a name no scan sees\n"
+                    f"{last.spec.name} = getattr(importlib.import_module({ref_module!r}), {last.spec.name!r})\n")
+    out["importlib-reference"] = (nb, expect(top - sum(worth[c] for c in using(last.spec.name)),
+                                             "not available while grading",
+                                             f"{last.spec.name} is the reference, reached through importlib"))
     return out
 
 

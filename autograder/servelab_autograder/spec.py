@@ -1,0 +1,137 @@
+"""An exercise as both sides of grading see it: its parameters, its reference, how its result is read and shown.
+
+One :class:`Spec` per exercise, in the chapter's learner-facing module (``servelab_autograder.chNN``). The
+learner's notebook uses it to explain a failing visible assert (:func:`diagnose`, run in the learner's own
+kernel with the library's reference); the grader uses the same one, outside the learner's kernel, to judge
+what the learner's code returned on the grader's cases (``servelab_autograder.verdicts``). Either way the
+learner's result first becomes plain data (:mod:`servelab_autograder.plain`, through
+:func:`servelab_autograder.probe.answer`), so the two can never disagree about what the code returned.
+
+A judgement is a message in the learner's terms, or None when the result is right: the call with its
+arguments, what it returned, what was expected; the pitfall's name goes on the first line when one is known
+(graders often show only an error's first line).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servelab_autograder import common, plain
+from servelab_autograder.probe import answer
+
+Shape = common.Shape   # raised by a normaliser: the result does not have the promised shape
+SHORT = common.short_repr(24, 120)
+ATLAS_DIR = Path(__file__).with_name("atlas")
+
+
+def _identity(raw, args):
+    return raw
+
+
+@dataclass(frozen=True)
+class Spec:
+    """``name(*params)``, checked against ``reference``. ``norm(raw, args)`` turns a result into the plain value
+    compared (raising :class:`Shape` in the learner's terms), ``show`` prints one, ``close(got, want)`` compares
+    floats (None: exactly), ``show_args`` prints an argument by name, ``note(args, got, want)`` adds a sentence
+    to the message of a wrong answer."""
+
+    name: str
+    params: tuple[str, ...]
+    reference: Callable
+    norm: Callable = _identity
+    show: Callable = repr
+    close: Callable | None = None
+    show_args: Mapping[str, Callable] = field(default_factory=dict)
+    note: Callable | None = None
+
+    def call_text(self, args) -> str:
+        shown = (self.show_args.get(p, SHORT.repr)(a) for p, a in zip(self.params, args))
+        return f"{self.name}({', '.join(f'{p}={s}' for p, s in zip(self.params, shown))})"
+
+    def expected(self, args):
+        return self.norm(self.reference(*copy.deepcopy(args)), args)
+
+    def same(self, got, want) -> bool:
+        return bool(self.close(got, want)) if self.close else got == want
+
+    def read(self, args, outcome: dict):
+        """(message, None) for an outcome that is wrong before any comparison (it raised, changed its input,
+        has the wrong shape), else (None, the normalised result)."""
+        call = self.call_text(args)
+        if "raised" in outcome:
+            if outcome["raised"] == "NotImplementedError":
+                return common.not_filled(call), None
+            return f"{call} raised {outcome['raised']}: {outcome.get('message', '')}", None
+        if plain.decode(outcome["after"]) != [plain.decode(plain.encode(a)) for a in args]:
+            return f"{call} changed its input lists; leave the caller's data alone", None
+        raw = plain.decode(outcome["ok"])
+        try:
+            return None, self.norm(raw, args)
+        except Shape as e:
+            return f"{call} returned {SHORT.repr(raw)}: {e}", None
+
+    def judge(self, args, outcome: dict, pitfall: Callable | None = None) -> str | None:
+        """The message for one call's ``outcome`` (a :func:`~servelab_autograder.probe.answer` entry), or None
+        when it agrees with the reference. ``pitfall(args, got)``: the name of the known mistake that returns
+        ``got`` on ``args``, or None."""
+        msg, got = self.read(args, outcome)
+        if msg is not None:
+            return msg
+        want = self.expected(args)
+        if self.same(got, want):
+            return None
+        msg = f"{self.call_text(args)} returned {self.show(got)}; expected {self.show(want)}."
+        if self.note is not None:
+            msg += self.note(args, got, want)
+        name = pitfall(args, got) if pitfall is not None else None
+        return f"{name}\n{msg}" if name else msg
+
+
+def call(fn, name: str, args) -> dict:
+    """What the grader's probe would hand back for ``fn(*args)``: the same plain data, made here."""
+    request = {"calls": [{"name": name, "cases": [plain.encode(list(args))]}]}
+    return json.loads(json.dumps(answer(request, {name: fn})))["calls"][0]["results"][0]
+
+
+def case_key(args) -> str:
+    """A case's arguments as canonical text (how a chapter's pitfall atlas is keyed)."""
+    return json.dumps(plain.encode(list(args)), sort_keys=True, separators=(",", ":"))
+
+
+def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, name: str | None = None) -> str:
+    """What is wrong with ``fn(*args)`` in the learner's terms, for a visible assert's message; a note that this
+    input is handled correctly otherwise. ``atlas``: exercise -> {case key: [[pitfall, normalised wrong result],
+    ...]}, what each known mistake returns on the chapter's fixed cases. Never raises."""
+    name = name or getattr(fn, "__name__", "")
+    spec = specs.get(name)
+    if spec is None:
+        return f"{name} gave an unexpected result for {SHORT.repr(args)}"
+    wrong = atlas.get(name, {}).get(case_key(args), [])
+
+    def pitfall(case, got):
+        return next((p for p, value in wrong if spec.same(got, plain.decode(value))), None)
+
+    try:
+        return spec.judge(tuple(args), call(fn, name, args), pitfall) or f"{spec.call_text(args)} is correct on " \
+                                                                          "this input"
+    except Exception as e:  # noqa: BLE001 - a message, whatever happens
+        return f"{spec.call_text(args)}: the check itself failed ({type(e).__name__}: {e})"
+
+
+def atlas_path(assignment: str) -> Path:
+    return ATLAS_DIR / f"{assignment}.json"
+
+
+@functools.cache
+def atlas(assignment: str) -> dict:
+    """What each of the chapter's pitfalls returns on its fixed cases (made by ``python -m
+    servelab_autograder.verdicts`` from the known-wrong patches); {} when there is none."""
+    try:
+        return json.loads(atlas_path(assignment).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

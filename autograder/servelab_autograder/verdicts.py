@@ -1,0 +1,347 @@
+"""The trusted grading engine: every chapter's test cells judged outside the learner's kernel, from a table.
+
+A chapter declares one :class:`Chapter` (``servelab_autograder/checks/chNN.py``): for each graded test cell,
+the exercise it grades (a :class:`~servelab_autograder.spec.Spec`: parameters, reference, normaliser) and its
+cases (fixed ones: the lesson's, one per pitfall, edge cases; then seeded random ones), or the drills and
+their expected values. While grading, for each such cell the grader
+
+1. draws the cases (the random ones from this run's seed, recorded with the result, so a table of
+   precomputed answers cannot pass and a run can be reproduced);
+2. asks the sandboxed kernel, through :mod:`servelab_autograder.probe`, to run the learner's code on them and
+   hand back plain data (nothing that runs crosses; the test cell's own source never enters the kernel);
+3. compares on this side with the reference, with the same :class:`Spec` the learner's visible tests use,
+   and on a failing case names the pitfall by running each known-wrong patch of the solution
+   (:mod:`servelab_autograder.known_wrong`) on it: where the learner's result equals one, that is the pitfall;
+4. writes the cell's output itself (a pass line, or the failure as an error), which nbgrader then scores.
+
+:func:`grade_namespace` does steps 1-3 on a namespace in this process (the tests' proof of every known-wrong
+patch, and a learner's own check on a machine without a sandbox); :func:`build_atlas` makes the learner-facing
+table of what each pitfall returns on the fixed cases, so visible asserts name pitfalls too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import functools
+import importlib
+import io
+import json
+import math
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab_autograder import known_wrong, plain
+from servelab_autograder.probe import answer
+from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, case_key
+
+
+@dataclass(frozen=True)
+class Relation:
+    """What the cell's visible asserts demand of the learner's function ``other`` on the same cases:
+    ``holds(args, mine, theirs)`` returns a message (None when it holds), both results normalised."""
+
+    other: Spec
+    holds: Callable
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """Test cell ``cell`` grades ``spec`` on ``fixed()`` cases, then ``random(rng)`` ones."""
+
+    spec: Spec
+    cell: str
+    fixed: Callable[[], list]
+    random: Callable[[random.Random], list] = lambda rng: []
+    relations: tuple[Relation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Drill:
+    name: str
+    question: str
+    expected: Callable[[], float]
+    abs_tol: float = 0.0
+    rel_tol: float = 0.0
+
+    def tolerance(self) -> str:
+        return f"within {self.abs_tol}" if self.abs_tol else f"within {self.rel_tol:.0%}" if self.rel_tol \
+            else "exactly"
+
+
+@dataclass(frozen=True)
+class Drills:
+    """Test cell ``cell`` checks the values the learner assigned to the drills' names."""
+
+    cell: str
+    drills: tuple[Drill, ...]
+    read: Callable   # (value, name) -> float, raising Shape
+
+
+@dataclass(frozen=True)
+class Chapter:
+    assignment: str
+    exercises: tuple[Exercise, ...]
+    drills: Drills | None = None
+    prelude: str = ""                    # what the solution cells need to run on the trusted side (imports)
+    demos: tuple[str, ...] = ()          # cells that only show the reference: not run while grading
+    references: tuple[str, ...] = ()     # "module:name": unavailable in the sandbox while this chapter grades
+
+    @property
+    def cells(self) -> dict:
+        """test cell -> the Exercise or Drills grading it."""
+        out = {ex.cell: ex for ex in self.exercises}
+        if self.drills is not None:
+            out[self.drills.cell] = self.drills
+        return out
+
+    def spec(self, name: str) -> Spec:
+        return next(ex.spec for ex in self.exercises if ex.spec.name == name)
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+    ename: str = "AssertionError"
+
+
+def table(assignment: str) -> Chapter | None:
+    """The chapter's table (``servelab_autograder.checks.<chNN>``), or None for a chapter without one."""
+    try:
+        module = importlib.import_module(f"servelab_autograder.checks.{assignment[:4]}")
+    except ModuleNotFoundError:
+        return None
+    chapter = getattr(module, "CHAPTER", None)
+    return chapter if chapter is not None and chapter.assignment == assignment else None
+
+
+def cases(ex: Exercise, seed: int) -> list[tuple]:
+    rng = random.Random(f"{seed}:{ex.spec.name}")
+    return [tuple(c) for c in [*ex.fixed(), *ex.random(rng)]]
+
+
+def request(chapter: Chapter, cell: str, seed: int) -> dict:
+    """What the kernel is asked for ``cell``: calls of the learner's functions on plain-data cases, or names."""
+    graded = chapter.cells[cell]
+    if isinstance(graded, Drills):
+        return {"names": [d.name for d in graded.drills]}
+    args = [plain.encode(list(c)) for c in cases(graded, seed)]
+    return {"calls": [{"name": s.name, "cases": args} for s in _specs(graded)]}
+
+
+def _specs(ex: Exercise) -> list[Spec]:
+    """The exercise's spec, then those of the functions its relations compare it with."""
+    return list({s.name: s for s in [ex.spec, *(r.other for r in ex.relations)]}.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# the known mistakes, run on this side
+
+
+class Pitfalls:
+    """Each known-wrong patch of a chapter, applied to the solution and run here to name what a wrong result is."""
+
+    def __init__(self, chapter: Chapter, root: Path):
+        import nbformat
+
+        from servelab_autograder import release
+
+        root = Path(root)
+        self.chapter = chapter
+        self.solution = known_wrong.solution_cells(
+            nbformat.read(release.source_notebook(root, chapter.assignment), as_version=4))
+        self.patches = known_wrong.pitfalls(root, chapter.assignment)
+
+    @functools.cache  # noqa: B019 - one Pitfalls per grading process
+    def namespace(self, name: str | None) -> dict:
+        """The solution cells run in order (with pitfall ``name`` applied), as a learner's namespace."""
+        cells = self.solution if name is None else next(p for p in self.patches if p.name == name).apply(self.solution)
+        ns: dict = {"__name__": f"__solution_{name or 'ok'}__"}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(self.chapter.prelude, "prelude", "exec"), ns)
+            for gid, source in cells.items():
+                exec(compile(source, gid, "exec"), ns)
+        return ns
+
+    def name(self, spec: Spec, args, got) -> str | None:
+        """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
+        base = self.namespace(None).get(spec.name)
+        for p in self.patches:
+            fn = self.namespace(p.name).get(spec.name)
+            if fn is None or getattr(fn, "__code__", None) == getattr(base, "__code__", None):
+                continue
+            try:
+                wrong = spec.norm(fn(*copy.deepcopy(args)), args)
+            except Exception:  # noqa: BLE001 - a mistake that also breaks on this input
+                continue
+            if spec.same(got, wrong):
+                return p.message
+        return None
+
+    def drill(self, drill: Drill, got: float) -> str | None:
+        for p in self.patches:
+            value = self.namespace(p.name).get(drill.name)
+            if isinstance(value, int | float) and value != self.namespace(None).get(drill.name) and \
+                    math.isclose(got, float(value), rel_tol=max(drill.rel_tol, 1e-9), abs_tol=drill.abs_tol):
+                return p.message
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# judging
+
+
+def judge(chapter: Chapter, cell: str, seed: int, reply: dict, pitfalls: Pitfalls | None) -> Verdict:
+    """The verdict on ``cell`` from the kernel's ``reply`` (a probe answer, already parsed JSON)."""
+    graded = chapter.cells[cell]
+    try:
+        if isinstance(graded, Drills):
+            return _judge_drills(graded, reply.get("values") or {}, pitfalls)
+        return _judge_exercise(graded, cases(graded, seed), reply.get("calls") or [], pitfalls)
+    except (plain.Malformed, KeyError, TypeError, IndexError) as e:
+        return Verdict(False, f"the kernel's answer could not be read ({type(e).__name__}: {e}); the cell scores 0")
+
+
+def _results(call, name: str, n: int) -> list | Verdict:
+    if not isinstance(call, dict) or "missing" in call:
+        return Verdict(False, f"name '{name}' is not defined", "NameError")
+    results = call.get("results")
+    if not isinstance(results, list) or len(results) != n:
+        return Verdict(False, f"the kernel answered {len(results) if isinstance(results, list) else 0} of the {n} "
+                              f"cases of {name}; the cell scores 0")
+    return results
+
+
+def _judge_exercise(ex: Exercise, args_list: list[tuple], calls: list, pitfalls: Pitfalls | None) -> Verdict:
+    specs = _specs(ex)
+    if len(calls) != len(specs):
+        return Verdict(False, f"the kernel answered {len(calls)} of the {len(specs)} requests; the cell scores 0")
+    by_name = {}
+    for spec, call in zip(specs, calls):
+        results = _results(call, spec.name, len(args_list))
+        if isinstance(results, Verdict):
+            return results
+        by_name[spec.name] = results
+
+    def pitfall_of(s: Spec):
+        return None if pitfalls is None else lambda args, got: pitfalls.name(s, args, got)
+
+    spec = ex.spec
+    for i, args in enumerate(args_list):
+        msg = spec.judge(args, by_name[spec.name][i], pitfall_of(spec))
+        if msg is not None:
+            return Verdict(False, msg)
+    for rel in ex.relations:
+        for i, args in enumerate(args_list):
+            _, mine = spec.read(args, by_name[spec.name][i])
+            msg, theirs = rel.other.read(args, by_name[rel.other.name][i])
+            if msg is None:
+                msg = rel.holds(args, mine, theirs)
+            if msg is not None:
+                name = None
+                if pitfalls is not None and theirs is not None and not rel.other.same(theirs, rel.other.expected(args)):
+                    name = pitfalls.name(rel.other, args, theirs)
+                return Verdict(False, f"{name}\n{msg}" if name else msg)
+    return Verdict(True, f"{spec.name}: {len(args_list)} cases agree with the reference")
+
+
+def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict:
+    for drill in d.drills:
+        if drill.name not in values:
+            return Verdict(False, f"{drill.name} is not defined: assign your answer to {drill.name} ({drill.question})")
+        try:
+            got = d.read(plain.decode(values[drill.name]), drill.name)
+        except Shape as e:
+            return Verdict(False, f"{e} ({drill.question})")
+        want = float(drill.expected())
+        if not math.isclose(got, want, rel_tol=drill.rel_tol, abs_tol=drill.abs_tol):
+            msg = f"{drill.name} = {got:.6g}, but the {drill.question} is {want:.4g} ({drill.tolerance()})."
+            hint = pitfalls.drill(drill, got) if pitfalls is not None else None
+            return Verdict(False, f"{hint}\n{msg}" if hint else msg)
+    return Verdict(True, f"drills: all {len(d.drills)} answers are right")
+
+
+def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | None = None,
+                    pitfalls: Pitfalls | None = None) -> dict[str, Verdict]:
+    """test cell -> Verdict for a learner's ``namespace`` graded in this process (no kernel, no sandbox): the
+    same requests, answers as plain data and judgement as a sandboxed grading."""
+    from servelab_autograder import release
+
+    pitfalls = pitfalls or Pitfalls(chapter, root or release.repo_root())
+    out = {}
+    for cell in chapter.cells:
+        reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
+        out[cell] = judge(chapter, cell, seed, reply, pitfalls)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the learner-facing atlas: what each pitfall returns on the fixed cases
+
+
+def build_atlas(chapter: Chapter, pitfalls: Pitfalls) -> dict:
+    """exercise -> {case key: [[pitfall message, normalised wrong result], ...]} over the fixed cases, for
+    each pitfall whose result differs from the reference's there."""
+    atlas: dict = {}
+    for ex in chapter.exercises:
+        spec = ex.spec
+        base = pitfalls.namespace(None)[spec.name]
+        entries: dict = {}
+        for args in ex.fixed():
+            args = tuple(args)
+            want = spec.expected(args)
+            for p in pitfalls.patches:
+                fn = pitfalls.namespace(p.name).get(spec.name)
+                if fn is None or getattr(fn, "__code__", None) == base.__code__:
+                    continue
+                try:
+                    wrong = spec.norm(fn(*copy.deepcopy(args)), args)
+                except (Exception, Shape):  # noqa: BLE001
+                    continue
+                if not spec.same(wrong, want):
+                    entries.setdefault(case_key(args), []).append([p.message, plain.encode(wrong)])
+        atlas[spec.name] = entries
+    return atlas
+
+
+def atlas_text(chapter: Chapter, root: Path) -> str:
+    return json.dumps(build_atlas(chapter, Pitfalls(chapter, root)), indent=0, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from servelab_autograder import checks, release
+
+    parser = argparse.ArgumentParser(prog="python -m servelab_autograder.verdicts",
+                                     description="Write the pitfall atlas of every chapter that has a table.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if an atlas differs from a fresh build")
+    args = parser.parse_args(argv)
+    root = release.repo_root()
+    stale = []
+    for chapter in checks.tables():
+        text = atlas_text(chapter, root)
+        path = atlas_path(chapter.assignment)
+        if args.check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(chapter.assignment)
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(root)} ({len(text)} bytes)")
+    if stale:
+        print(f"stale pitfall atlas: {', '.join(stale)} (run python -m servelab_autograder.verdicts)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["SHORT", "Chapter", "Drill", "Drills", "Exercise", "Pitfalls", "Relation", "Verdict", "grade_namespace",
+           "judge", "request", "table"]
