@@ -120,12 +120,16 @@ def pitfalls(root: Path, assignment: str) -> list[Pitfall]:
     return [load(p) for p in sorted(folder(root, assignment).glob("*.diff"))]
 
 
+def strip_solution_markers(source: str) -> str:
+    """The solution as a learner would type it: the ``### BEGIN/END SOLUTION`` lines removed."""
+    return "\n".join(ln for ln in source.splitlines() if not re.search(r"(BEGIN|END) SOLUTION", ln))
+
+
 def solution_cells(nb) -> dict[str, str]:
     """grade id -> the code a perfect learner puts in that solution cell (``nb``: the source notebook)."""
     out = {}
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("solution") and meta.get("grade_id"):
-            out[meta["grade_id"]] = "\n".join(ln for ln in cell.source.splitlines()
-                                              if not re.search(r"(BEGIN|END) SOLUTION", ln))
+            out[meta["grade_id"]] = strip_solution_markers(cell.source)
     return out

@@ -99,9 +99,6 @@ class Chapter:
             out[self.drills.cell] = self.drills
         return out
 
-    def spec(self, name: str) -> Spec:
-        return next(ex.spec for ex in self.exercises if ex.spec.name == name)
-
 
 @dataclass
 class Verdict:
