@@ -3,7 +3,8 @@
 ``servelab_autograder.grade`` hands each nbgrader run a *plan* (a JSON file named by $SERVELAB_GRADE_PLAN):
 
     {"progress": FILE, "skip": {INDEX: MESSAGE}, "scale": {INDEX: FACTOR}, "limits": {...},
-     "sandbox": true, "box_dir": DIR, "font_cache": FILE or null}
+     "sandbox": true, "box_dir": DIR, "font_cache": FILE or null, "library": DIR (optional),
+     "verdicts": {"assignment": NAME, "seed": N} (optional)}
 
 With a plan, :class:`GuardedExecute` is nbgrader's ``Execute`` that also
 
@@ -18,6 +19,9 @@ With a plan, :class:`GuardedExecute` is nbgrader's ``Execute`` that also
   score (an error, something on stderr);
 - appends one JSON line per event to the progress file, so the grader knows which cell a dead or stuck
   kernel was running, and which cell called ``exit()``;
+- for a chapter graded from a table (``"verdicts"``), answers each graded test cell with a probe and a
+  verdict made here (:mod:`servelab_autograder.verdicts`), and does not run the cells that only show the
+  reference;
 - does not run the cells listed in ``skip``, giving them a ``CellTimeoutError`` output (0 points for a
   graded cell, as a timeout), and runs the cells in ``scale`` with their time limits multiplied.
 
@@ -55,6 +59,17 @@ ZMQ_GC_START = '__import__("zmq.utils.garbage").utils.garbage.gc.start()'
 DEMO_NOTE = ("(not run while grading: this cell shows the reference, which the grading sandbox does not have; "
              "it runs as usual in your own notebook)\n")
 TRUNCATED = "[output truncated at {} bytes: the grader keeps at most {} per cell and {} per notebook]"
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _error(ename: str, evalue: str):
+    """An error output, as a failing cell would have: nbgrader scores a graded cell holding one 0."""
+    lines = evalue.splitlines() or [""]
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                  traceback=[f"{ename}: {lines[0]}", *lines[1:]])
 
 
 def load_plan() -> dict | None:
@@ -219,12 +234,11 @@ class GuardedExecute(Execute):
 
     # --- one cell ---------------------------------------------------------------------------------
     def preprocess_cell(self, cell, resources, index):
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = _grade_id(cell)
         skipped = (self.plan or {}).get("skip", {}).get(str(index))
         if skipped is not None and cell.cell_type == "code":
             self._check_assign_resources(resources)
-            cell.outputs = [nbformat.v4.new_output("error", ename=TIMEOUT_ENAME, evalue=skipped,
-                                                   traceback=[f"{TIMEOUT_ENAME}: {skipped}"])]
+            cell.outputs = [_error(TIMEOUT_ENAME, skipped)]
             cell.execution_count = None
             record(self.plan, {"index": index, "grade_id": gid, "event": "skipped"})
             return cell, self.resources
@@ -282,16 +296,14 @@ class GuardedExecute(Execute):
         if v.passed:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{v.message} (seed {self.seed})\n")]
         else:
-            cell.outputs = [nbformat.v4.new_output("error", ename=v.ename, evalue=v.message,
-                                                   traceback=[f"{v.ename}: {line}" if i == 0 else line
-                                                              for i, line in enumerate(v.message.splitlines())])]
+            cell.outputs = [_error(v.ename, v.message)]
         record(self.plan, {"index": index, "grade_id": gid, "event": "verdict", "passed": v.passed})
         return cell, self.resources
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if self.plan is None or cell.cell_type != "code" or not cell.source.strip():
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = _grade_id(cell)
         watch = Watch(cell_index, gid, self.limits, float(self.plan.get("scale", {}).get(str(cell_index), 1)))
         task = asyncio.ensure_future(self._watch(watch))
         try:
@@ -316,9 +328,7 @@ class GuardedExecute(Execute):
         if watch.stopped:
             cell.outputs = [o for o in cell.outputs
                             if not (o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt")]
-            cell.outputs.append(nbformat.v4.new_output(
-                "error", ename=TIMEOUT_ENAME, evalue=watch.message(),
-                traceback=[f"{TIMEOUT_ENAME}: {watch.message()}"]))
+            cell.outputs.append(_error(TIMEOUT_ENAME, watch.message()))
         return cell
 
     execute_cell = run_sync(async_execute_cell)
@@ -383,7 +393,7 @@ class GuardedExecute(Execute):
             if isinstance(payload, dict) and payload.get("source") == "ask_exit" and not payload.get("keepkernel"):
                 cell = kw.get("cell") or {}
                 record(self.plan, {"index": kw.get("cell_index"), "event": "exit",
-                                   "grade_id": cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")})
+                                   "grade_id": _grade_id(cell)})
 
     # --- output caps ------------------------------------------------------------------------------
     def process_message(self, msg, cell, cell_index):

@@ -165,20 +165,22 @@ class Pitfalls:
                 exec(compile(source, gid, "exec"), ns)
         return ns
 
-    def name(self, spec: Spec, args, got) -> str | None:
-        """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
+    def wrong_results(self, spec: Spec, args):
+        """(pitfall, what its ``spec.name`` returns on ``args``, normalised) for each known mistake that changes
+        that function and does not also break on this input."""
         base = self.namespace(None).get(spec.name)
         for p in self.patches:
             fn = self.namespace(p.name).get(spec.name)
             if fn is None or getattr(fn, "__code__", None) == getattr(base, "__code__", None):
                 continue
             try:
-                wrong = spec.norm(fn(*copy.deepcopy(args)), args)
+                yield p, spec.norm(fn(*copy.deepcopy(args)), args)
             except Exception:  # noqa: BLE001 - a mistake that also breaks on this input
                 continue
-            if spec.same(got, wrong):
-                return p.message
-        return None
+
+    def name(self, spec: Spec, args, got) -> str | None:
+        """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
+        return next((p.message for p, wrong in self.wrong_results(spec, args) if spec.same(got, wrong)), None)
 
     def drill(self, drill: Drill, got: float) -> str | None:
         for p in self.patches:
@@ -287,19 +289,10 @@ def build_atlas(chapter: Chapter, pitfalls: Pitfalls) -> dict:
     atlas: dict = {}
     for ex in chapter.exercises:
         spec = ex.spec
-        base = pitfalls.namespace(None)[spec.name]
         entries: dict = {}
-        for args in ex.fixed():
-            args = tuple(args)
+        for args in map(tuple, ex.fixed()):
             want = spec.expected(args)
-            for p in pitfalls.patches:
-                fn = pitfalls.namespace(p.name).get(spec.name)
-                if fn is None or getattr(fn, "__code__", None) == base.__code__:
-                    continue
-                try:
-                    wrong = spec.norm(fn(*copy.deepcopy(args)), args)
-                except (Exception, Shape):  # noqa: BLE001
-                    continue
+            for p, wrong in pitfalls.wrong_results(spec, args):
                 if not spec.same(wrong, want):
                     entries.setdefault(case_key(args), []).append([p.message, plain.encode(wrong)])
         atlas[spec.name] = entries
