@@ -5,7 +5,7 @@ one line instead, ``__import__("servelab_autograder.probe").probe.run(REQUEST)``
 
     {"calls": [{"name": "simulate_static", "cases": [[args...], ...]}, ...], "names": ["drill_1", ...]}
 
-(either part may be left out), and reads back one display output of type :data:`MIME`:
+(either part may be left out; a call may name a ``"driver"``, see :func:`driver`), and reads back one display output of type :data:`MIME`:
 
     {"calls": [{"results": [{"ok": result, "after": args} or {"raised": name, "message": text}, ...]}
                or {"missing": name}, ...],
@@ -18,6 +18,7 @@ and decides the points: nothing here decides anything, so nothing here needs to 
 
 from __future__ import annotations
 
+import importlib
 import json
 
 from servelab_autograder import plain
@@ -39,15 +40,26 @@ def _where(e: BaseException) -> str:
     return tb.tb_frame.f_code.co_qualname if tb is not None else ""
 
 
-def _call(name: str, cases: list, namespace: dict) -> dict:
+def driver(name: str):
+    """The kernel-side driver ``"servelab_autograder.module:function"``: ``function(fn, *args)`` builds the
+    objects a stateful exercise works on from plain-data ``args``, runs the learner's ``fn`` on them and
+    returns the run's trace as plain data."""
+    module, _, attr = name.partition(":")
+    if not module.startswith("servelab_autograder.") or not attr:
+        raise ValueError(f"not a driver: {name!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _call(name: str, cases: list, namespace: dict, driven_by: str | None = None) -> dict:
     fn = namespace.get(name)
     if fn is None:
         return {"missing": name}
+    run = driver(driven_by) if driven_by else None
     results = []
     for case in cases:
         args = plain.decode(case)
         try:
-            out = fn(*args)
+            out = run(fn, *args) if run else fn(*args)
         except Exception as e:  # noqa: BLE001 - reported as data; KeyboardInterrupt (a time limit) goes on up
             results.append({"raised": type(e).__name__, "message": str(e)[:2000], "where": _where(e)})
             continue
@@ -59,7 +71,7 @@ def answer(request: dict, namespace: dict) -> dict:
     """The plain-data answer to ``request`` about the learner's ``namespace``."""
     out: dict = {}
     if "calls" in request:
-        out["calls"] = [_call(c["name"], c["cases"], namespace) for c in request["calls"]]
+        out["calls"] = [_call(c["name"], c["cases"], namespace, c.get("driver")) for c in request["calls"]]
     if "names" in request:
         out["values"] = {n: plain.encode(namespace[n]) for n in request["names"] if n in namespace}
     return out

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab_autograder import common, plain
+from servelab_autograder import common, plain, probe
 from servelab_autograder.probe import answer
 
 Shape = common.Shape   # raised by a normaliser: the result does not have the promised shape
@@ -48,13 +48,19 @@ class Spec:
     close: Callable | None = None
     show_args: Mapping[str, Callable] = field(default_factory=dict)
     note: Callable | None = None
+    driver: str | None = None   # "servelab_autograder.chNN:drive_x": runs the function on plain-data args
+
+    def run(self, fn, args):
+        """``fn(*args)``, or through the driver (a stateful exercise: objects built from plain data, the
+        function run on them, the run's trace returned as plain data): the same code on both sides."""
+        return probe.driver(self.driver)(fn, *args) if self.driver else fn(*args)
 
     def call_text(self, args) -> str:
         shown = (self.show_args.get(p, SHORT.repr)(a) for p, a in zip(self.params, args))
         return f"{self.name}({', '.join(f'{p}={s}' for p, s in zip(self.params, shown))})"
 
     def expected(self, args):
-        return self.norm(self.reference(*copy.deepcopy(args)), args)
+        return self.norm(self.run(self.reference, copy.deepcopy(args)), args)
 
     def same(self, got, want) -> bool:
         return bool(self.close(got, want)) if self.close else got == want
@@ -92,9 +98,18 @@ class Spec:
         return f"{name}\n{msg}" if name else msg
 
 
-def call(fn, name: str, args) -> dict:
+def request_call(spec: Spec, cases: list) -> dict:
+    """One call of a probe request: the learner's function ``spec.name`` on ``cases`` (plain data)."""
+    out = {"name": spec.name, "cases": cases}
+    if spec.driver:
+        out["driver"] = spec.driver
+    return out
+
+
+def call(fn, spec: Spec, args) -> dict:
     """What the grader's probe would hand back for ``fn(*args)``: the same plain data, made here."""
-    request = {"calls": [{"name": name, "cases": [plain.encode(list(args))]}]}
+    name = spec.name
+    request = {"calls": [request_call(spec, [plain.encode(list(args))])]}
     return json.loads(json.dumps(answer(request, {name: fn})))["calls"][0]["results"][0]
 
 
@@ -117,7 +132,7 @@ def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, 
         return next((p for p, value in wrong if spec.same(got, plain.decode(value))), None)
 
     try:
-        return spec.judge(tuple(args), call(fn, name, args), pitfall) or f"{spec.call_text(args)} is correct on " \
+        return spec.judge(tuple(args), call(fn, spec, args), pitfall) or f"{spec.call_text(args)} is correct on " \
                                                                           "this input"
     except Exception as e:  # noqa: BLE001 - a message, whatever happens
         return f"{spec.call_text(args)}: the check itself failed ({type(e).__name__}: {e})"

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from servelab_autograder import known_wrong, plain
 from servelab_autograder.probe import answer
-from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, case_key
+from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, case_key, request_call
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def request(chapter: Chapter, cell: str, seed: int) -> dict:
     if isinstance(graded, Drills):
         return {"names": [d.name for d in graded.drills]}
     args = [plain.encode(list(c)) for c in cases(graded, seed)]
-    return {"calls": [{"name": s.name, "cases": args} for s in _specs(graded)]}
+    return {"calls": [request_call(s, args) for s in _specs(graded)]}
 
 
 def _specs(ex: Exercise) -> list[Spec]:
@@ -174,7 +174,7 @@ class Pitfalls:
             if fn is None or getattr(fn, "__code__", None) == getattr(base, "__code__", None):
                 continue
             try:
-                yield p, spec.norm(fn(*copy.deepcopy(args)), args)
+                yield p, spec.norm(spec.run(fn, copy.deepcopy(args)), args)
             except Exception:  # noqa: BLE001 - a mistake that also breaks on this input
                 continue
 
