@@ -189,7 +189,8 @@ def test_hostile_submissions_score_what_their_honest_part_deserves(graded):
                                  "network", "disk", "exit", "sys-exit", "surrogate",
                                  # routes around checks in the kernel: nothing against verdicts made outside it
                                  "transformer", "patched-helpers", "patched-checker", "poisoned-modules",
-                                 "no-profile-reference", "importlib-reference", "read-solutions", "always-equal")}
+                                 "no-profile-reference", "importlib-reference", "source-reference", "read-solutions",
+                                 "always-equal")}
     problems = _check_expected(graded, FIRST, "hostile-")
     assert not problems, "\n".join(problems)
 

@@ -224,6 +224,27 @@ def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
     assert got["pmf_mean"] == "ran" and got["geometric_pmf"] == "ran"  # helpers the exercises may use
 
 
+def test_the_grading_library_holds_no_reference_code_to_read_and_run(tmp_path):
+    import ast
+
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    original = (ROOT / "lib" / "servelab" / "batching.py").read_text()
+    copy = (lib / "batching.py").read_text()
+    defs = {n.name: n for n in ast.parse(original).body if isinstance(n, ast.FunctionDef)}
+    for ref in CHAPTER.references:
+        body = defs[ref.split(":")[1]].body
+        code = "".join(ast.get_source_segment(original, stmt) for stmt in body[1:] or body)  # past the docstring
+        assert code not in copy, ref
+    # the route a learner would take: run the library's source text in a namespace of their own
+    ns: dict = {"__name__": "mine"}
+    exec(compile(copy, "batching.py", "exec"), ns)
+    with pytest.raises(RuntimeError, match="not available while grading"):
+        ns["simulate_static"]([5, 1], 2)
+    assert ns["pmf_mean"]([0.5, 0.5]) == 1.5
+
+
 def test_verdicts_need_no_asserts():
     script = textwrap.dedent(f"""
         from servelab_autograder import verdicts

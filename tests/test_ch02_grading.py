@@ -1,165 +1,259 @@
-"""Chapter 02's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
+"""Chapter 02 is graded from its table (servelab_autograder/checks/ch02.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg);
-nbgrader grades the same cells as whole submissions in the slower autograde tests.
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch02_nanovllm_scheduler/*.diff) still applies to the solution,
+  loses exactly the cells it lists, and names its pitfall on the first line of each;
+- the methods are driven on states taken from the reference's runs; the calls schedule makes of the two other
+  exercises (preempt, can_allocate) are answered from the reference run's replay, and a schedule that makes
+  other calls is told so; with the chapter's references removed from the library (as in the sandbox), the
+  drivers still run a learner's code and its answers still pass;
+- the visible asserts' messages name the step, the state and the pitfall (through the atlas, which is fresh).
 """
 
 from __future__ import annotations
 
-import re
+import json
+import subprocess
+import sys
 import textwrap
 
-import matplotlib
+import nbformat
 import pytest
-from grading_harness import Notebook, caught_under_python_O
+from grading_harness import Notebook, python_source
 
-matplotlib.use("Agg")
+from servelab.scheduler import BlockManager, Scheduler
+from servelab_autograder import ch02, known_wrong, plain, release, verdicts
+from servelab_autograder.checks import ch02 as table
+from servelab_autograder.spec import atlas_path
 
-from servelab_autograder import ch02  # noqa: E402
-
-NB = Notebook("ch02_nanovllm_scheduler")
-
-# test cell -> how its hidden block's helper is called on the notebook's namespace
-HELPERS = {
-    "test_needs_new_block": lambda ns: ch02.check_needs_new_block(ns["needs_new_block"]),
-    "test_preempt": lambda ns: ch02.check_preempt(ns["preempt"]),
-    "test_schedule": lambda ns: ch02.check_schedule(ns["schedule"]),
-    "test_postprocess": lambda ns: ch02.check_postprocess(ns["postprocess"]),
-    "test_lesson_step2": lambda ns: ch02.check_lesson_step2(ns["Scheduler"]),
-    "test_can_allocate": lambda ns: ch02.check_can_allocate(ns["can_allocate"]),
-    "test_drills": lambda ns: ch02.check_drills([ns["drill_1"], ns["drill_2"], ns["drill_3"]]),
-}
+ROOT = release.repo_root()
+A = "ch02_nanovllm_scheduler"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the notebook's shape
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def test_notebook_follows_the_authoring_conventions():
-    NB.assert_servelab_kernel()
-    solutions = NB.solution_ids()
-    tests = NB.test_cells()
-    assert solutions == ["needs_new_block", "preempt", "schedule", "postprocess", "can_allocate", "drills"]
-    assert set(tests) == set(HELPERS)
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_needs_new_block": 1, "test_preempt": 1, "test_schedule": 3, "test_postprocess": 2,
-        "test_lesson_step2": 2, "test_can_allocate": 2, "test_drills": 3}
-    for c, meta, source in NB.conventional_code_cells():
-        if meta.get("grade"):
-            assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
-            # every test cell ends with its hidden block, which calls the matching helper
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
-            assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        if meta.get("grade") or meta.get("solution"):
-            # executed cells carry no output (a test cell prints nothing when it passes)
-            assert c.get("outputs") == [], meta["grade_id"]
+def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
+    return verdicts.grade_namespace(CHAPTER, ns, seed, pitfalls=PITFALLS, cells=cells)
 
 
-def test_saved_outputs_are_deterministic_text_and_png_only():
-    for text, _ in NB.saved_outputs():
-        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
+def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
 
 
-# --------------------------------------------------------------------------------------------------------
-# the solution passes
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = set(NB.test_cells())
+    assert set(CHAPTER.cells) == tests
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & tests
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        cls, method = name.split(".")
+        assert module == "servelab.scheduler" and callable(getattr({"Scheduler": Scheduler,
+                                                                    "BlockManager": BlockManager}[cls], method))
 
 
-@pytest.mark.parametrize("test_cell", sorted(HELPERS))
-def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](NB.solution_namespace())
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
-def test_solution_passes_every_test_cell():
-    NB.assert_solution_passes_every_test_cell(HELPERS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
 
 
-# --------------------------------------------------------------------------------------------------------
-# every known-wrong submission fails, with its pitfall's name
+def test_the_solution_passes_every_visible_test_cell():
+    ns = NB.namespace()
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
 
 
-def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    NB.assert_a_known_wrong_per_pitfall(HELPERS, ch02.PITFALLS, at_least=7)
+def test_the_released_stubs_fail_every_graded_cell():
+    nb = nbformat.read(release.release_notebook(ROOT, A), as_version=4)
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in known_wrong.solution_cells(nb) or gid in CHAPTER.setup:
+            try:
+                exec(cell.source, ns)
+            except NotImplementedError:
+                pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_fails_its_checks_with_its_message(name):
-    NB.assert_known_wrong_fails_its_checks(name, HELPERS, message_first=False)
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(PITFALLS.solution)
+    assert patched != PITFALLS.solution
+    ns = solution(patch.name)
+    # a cell whose functions the patch leaves as they are grades as the solution does (proved above)
+    changed = verdicts.changed_cells(CHAPTER, ns, solution())
+    assert set(patch.fails) <= set(changed)
+    got = failing(ns, cells=changed)
+    assert sorted(got) == sorted(patch.fails), got
+    for cell, message in got.items():
+        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+        assert patch.says.lower() in message.lower()
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
-    """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = next(c.source for c in NB.cells if c.kind == "markdown" and "## Common pitfalls" in c.source)
+    listed = listed.replace("`", "").replace("**", "").lower()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution) - {"drills"}
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
 
 
-def test_dependencies_between_cells_are_what_the_chapter_says():
-    assert NB.affected_tests({"schedule"}) == ["test_schedule", "test_lesson_step2"]
-    assert NB.affected_tests({"preempt"}) == ["test_preempt", "test_lesson_step2"]
-    assert NB.affected_tests({"can_allocate"}) == ["test_can_allocate"]
-    assert NB.affected_tests({"drills"}) == ["test_drills"]
+def test_a_schedule_message_names_the_step_the_state_and_the_difference():
+    text = failing(solution("preempt_head"), cells=["test_schedule"])["test_schedule"]
+    lines = text.splitlines()
+    assert lines[0].startswith("Pitfall: preempted the head of running instead of the tail")
+    assert lines[1].startswith("schedule() at step 1 of 'memory runs out with four sequences decoding'")
+    assert "it called preempt(B) in a state nano-vllm's schedule never calls it in" in lines[1]
+    assert "expected decode A:1 B:1" in lines[1]
+    assert "Before the call: waiting [E], running [A, B, C, D], free blocks []" in text
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks refuse the reference and explain the drills
+def test_a_postprocess_message_shows_the_first_difference():
+    text = failing(solution("append_after_mid_chunk"), cells=["test_postprocess"])["test_postprocess"]
+    assert "mid-chunk" in text.splitlines()[0]
+    sampled = fake_model_token(list(range(6)))   # sampled after the first chunk, 6 of its 12 prompt tokens
+    assert f"First difference: 0.token_ids is {list(range(12)) + [sampled]}" in text
+    assert "Before the call: waiting [0, 1, 2, 3, 4]" in text
 
 
-def test_calling_the_reference_is_refused():
-    import servelab.scheduler as ref
-
-    with pytest.raises(AssertionError, match="is servelab.scheduler.Scheduler.schedule itself"):
-        ch02.check_schedule(ref.Scheduler.schedule)
-    ns = dict(NB.solution_namespace())
-    exec(textwrap.dedent("""
-        def via_super(self):
-            return super(type(self), self).schedule()
-
-        def via_module(self, seq):
-            servelab.scheduler.Scheduler.preempt(self, seq)
-
-        def via_helper(self, seq):
-            hits = len(list(self._cached_prefix(seq)))
-            return hits
-    """), ns)
-    with pytest.raises(AssertionError, match="calls servelab.scheduler.Scheduler.schedule"):
-        ch02.check_schedule(ns["via_super"])
-    with pytest.raises(AssertionError, match="calls servelab.scheduler.Scheduler.preempt"):
-        ch02.check_preempt(ns["via_module"])
-    with pytest.raises(AssertionError, match="calls servelab.scheduler.BlockManager._cached_prefix"):
-        ch02.check_can_allocate(ns["via_helper"])
-    with pytest.raises(AssertionError, match="Scheduler.postprocess itself"):
-        ch02.check_lesson_step2(type("S", (ns["Scheduler"],), {"postprocess": ref.Scheduler.postprocess}))
+def test_the_hash_collision_case_catches_a_lookup_by_hash_alone():
+    collisions = table._collisions()
+    assert collisions, "the cache scenarios give collision cases"
+    wrong = solution("can_allocate_no_token_check")["can_allocate"]
+    spec = ch02.SPECS["can_allocate"]
+    caught = [args for args in collisions if spec.judge(args, _call(spec, wrong, args)) is not None]
+    assert caught
+    # and only those: on every other fixed case the hash alone gives nano-vllm's answer
+    assert all(spec.judge(a, _call(spec, wrong, a)) is None for a in ch02.cases_of("can_allocate",
+                                                                                 ch02.lesson_scenarios()))
+    text = failing(solution("can_allocate_no_token_check"), cells=["test_can_allocate"])["test_can_allocate"]
+    assert "a hash collision: not a hit" in text
 
 
-def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = NB.solution_namespace()
-    assert [ns["drill_1"], ns["drill_2"], ns["drill_3"]] == [int(q[1]()) for q in ch02.DRILLS.values()]
-    with pytest.raises(AssertionError, match="prefilled again, generated tokens included"):
-        ch02.check_drills([14, ns["drill_2"], ns["drill_3"]])
-    with pytest.raises(AssertionError, match="Hits are whole blocks"):
-        ch02.check_drills([ns["drill_1"], 1000, ns["drill_3"]])
-    with pytest.raises(AssertionError, match="R2 cannot hit them"):
-        ch02.check_drills({"drill_1": ns["drill_1"], "drill_2": ns["drill_2"], "drill_3": 56})
-    with pytest.raises(AssertionError, match="whole number"):
-        ch02.check_drills([19.5, ns["drill_2"], ns["drill_3"]])
+def fake_model_token(prompt: list[int]) -> int:
+    """What the lesson's fake model samples after ``prompt`` (servelab.engine.expected)."""
+    from servelab.engine import expected
+
+    return expected(prompt, 1)[0]
 
 
-def test_learner_errors_are_reported_in_their_terms():
-    def schedule(self):
-        raise NotImplementedError()
+def _call(spec, fn, args):
+    from servelab_autograder.spec import call
 
-    with pytest.raises(AssertionError, match="schedule\\(\\) raised NotImplementedError: fill in the function"):
-        ch02.check_schedule(schedule)
-
-    def postprocess(self, seqs, token_ids, is_prefill):
-        NB.solution_namespace()["postprocess"](self, seqs, token_ids, is_prefill)   # forgets to return
-
-    with pytest.raises(AssertionError, match="must return the list of sequences that finished"):
-        ch02.check_postprocess(postprocess)
+    return call(fn, spec, args)
 
 
-def test_checks_do_not_rely_on_assert_statements():
-    """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = NB.known_wrong("preempt_head").REPLACE["schedule"]
-    out = caught_under_python_O("ch02", "check_schedule", "schedule", NB.source("schedule"), wrong,
-                                imports={"SequenceStatus": "from servelab.scheduler import SequenceStatus"})
-    assert "caught: Pitfall: preempted the head of running instead of the tail" in out
+def test_the_replay_answers_only_the_reference_runs_calls():
+    where, state, replay = ch02.cases_of("schedule", [ch02.pitfall_scenarios()[3]])[1]
+    sch, seqs = ch02.build(state)
+    ch02._with_replay(sch, seqs, replay)
+    with pytest.raises(ch02.Diverged, match=r"preempt\(A\)"):
+        sch.preempt(seqs["A"])       # nano-vllm's schedule preempts D here, then C
+    assert sch.block_manager.can_allocate(seqs["E"]) == -1  # asked, as nano-vllm's asks: E does not fit
+    with pytest.raises(ch02.Diverged, match=r"can_allocate\(A\)"):
+        sch.block_manager.can_allocate(seqs["A"])  # never asked: A is running
+    # what a learner might try: preempt through the replay of a state it was never recorded in
+    where, state, name = ch02.cases_of("preempt", [ch02.pitfall_scenarios()[3]])[0]
+    sch, seqs = ch02.build(state)
+    ch02._with_replay(sch, seqs, replay)
+    sch.block_manager.blocks[0].ref_count += 1
+    with pytest.raises(ch02.Diverged):
+        sch.preempt(seqs[name])
+
+
+def test_drivers_leave_their_arguments_and_build_the_same_state():
+    for name in ("schedule", "postprocess", "preempt"):
+        args = ch02.cases_of(name, [ch02.lesson_abc()])[0]
+        before = json.dumps(plain.encode(list(args)))
+        ch02.SPECS[name].expected(args)
+        assert json.dumps(plain.encode(list(args))) == before, name
+        state = args[1]
+        sch, seqs = ch02.build(state)
+        assert ch02.snapshot(sch, seqs) == state
+
+
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    wrong = solution("preempt_to_back_of_waiting")["preempt"]
+    text = ch02.diagnose("preempt", wrong)
+    assert text.splitlines()[0].startswith("Pitfall: a preempted sequence went to the back of waiting")
+    assert ch02.diagnose("preempt", solution()["preempt"]).startswith("preempt agrees with nano-vllm's")
+    cls = solution("preempt_head")["Scheduler"]
+    with pytest.raises(AssertionError, match="Your Scheduler differs from nano-vllm's at step 1"):
+        ch02.compare_lesson_step2(cls)
+    ch02.compare_lesson_step2(solution()["Scheduler"])
+
+
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_schedule"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+
+
+def test_drills_name_a_wrong_count_and_want_whole_numbers():
+    ns = {**solution(), "drill_1": 14}
+    assert "C is preempted after it has generated tokens" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_2": 992.0}
+    assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
+    """What the sandbox shows: servelab without this chapter's references. The solution's methods, driven there
+    on the grader's requests, come back with answers the trusted side accepts; the references raise."""
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    cells = ["test_preempt", "test_schedule", "test_postprocess", "test_lesson_step2", "test_can_allocate"]
+    requests = {c: verdicts.request(CHAPTER, c, 7) for c in cells}
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    sources = [PITFALLS.solution[g] if g in PITFALLS.solution else PITFALLS.setup[g] for g in PITFALLS.order]
+    (tmp_path / "solution.json").write_text(json.dumps(sources))
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
+        import servelab.scheduler as s
+        try:
+            s.Scheduler.schedule(None)
+        except RuntimeError as e:
+            blocked = str(e)
+        from servelab_autograder import probe
+        ns = {{}}
+        exec({CHAPTER.prelude!r}, ns)
+        for source in json.load(open({str(tmp_path / "solution.json")!r})):
+            exec(source, ns)
+        requests = json.load(open({str(tmp_path / "requests.json")!r}))
+        print(json.dumps({{"blocked": blocked, "replies": {{c: probe.answer(r, ns) for c, r in requests.items()}}}}))
+    """)
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    assert "not available while grading" in out["blocked"]
+    for cell in cells:
+        v = verdicts.judge(CHAPTER, cell, 7, out["replies"][cell], PITFALLS)
+        assert v.passed, (cell, v.message)

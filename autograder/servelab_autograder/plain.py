@@ -31,6 +31,9 @@ DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
           "float32", "float64", "complex64", "complex128")
 
 
+_SELF = (int, str, bool, type(None))   # values that stand for themselves
+
+
 class Opaque:
     """A value the learner's code returned that has no plain form: its type's name and a short repr."""
 
@@ -75,6 +78,8 @@ def encode(x, _depth: int = 0, _budget: list | None = None):
         budget[0] -= len(x)
         if budget[0] < 0:
             return {"$": "object", "type": _qualname(x), "repr": f"more than {MAX_ITEMS} items"}
+        if t is list and all(type(v) in _SELF for v in x):   # the common case, made fast: token ids
+            return list(x)
         items = [encode(v, _depth + 1, budget) for v in x]
         return items if isinstance(x, list) else {"$": "tuple", "v": items}
     if isinstance(x, dict):
@@ -136,6 +141,8 @@ def decode(x, _depth: int = 0):
     if isinstance(x, float):
         return x
     if isinstance(x, list):
+        if all(type(v) in _SELF for v in x):
+            return list(x)
         return [decode(v, _depth + 1) for v in x]
     if not isinstance(x, dict) or not isinstance(x.get("$"), str):
         raise Malformed(f"unexpected {type(x).__name__}")

@@ -5,7 +5,8 @@ one line instead, ``__import__("servelab_autograder.probe").probe.run(REQUEST)``
 
     {"calls": [{"name": "simulate_static", "cases": [[args...], ...]}, ...], "names": ["drill_1", ...]}
 
-(either part may be left out; a call may name a ``"driver"``, see :func:`driver`), and reads back one display output of type :data:`MIME`:
+(either part may be left out; a call may name a ``"driver"``, see :func:`driver`), and reads back one
+display output of type :data:`MIME`:
 
     {"calls": [{"results": [{"ok": result, "after": args} or {"raised": name, "message": text}, ...]}
                or {"missing": name}, ...],
@@ -63,7 +64,9 @@ def _call(name: str, cases: list, namespace: dict, driven_by: str | None = None)
         except Exception as e:  # noqa: BLE001 - reported as data; KeyboardInterrupt (a time limit) goes on up
             results.append({"raised": type(e).__name__, "message": str(e)[:2000], "where": _where(e)})
             continue
-        results.append({"ok": plain.encode(out), "after": plain.encode(list(args))})
+        # a driver builds its own objects from the arguments: only a plain call can change the caller's data
+        results.append({"ok": plain.encode(out)} if run else
+                       {"ok": plain.encode(out), "after": plain.encode(list(args))})
     return {"results": results}
 
 

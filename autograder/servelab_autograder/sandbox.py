@@ -36,6 +36,7 @@ of its own (ipykernel must not be PID 1's child, and its interrupts must reach o
 from __future__ import annotations
 
 import argparse
+import ast
 import fcntl
 import functools
 import json
@@ -404,10 +405,38 @@ def _servelab_unavailable(name):
 '''
 
 
+def _without_bodies(text: str, names: list[str], module: str) -> str:
+    """``text`` with each named function's (or ``Class.method``'s) definition replaced by one that raises, so
+    the reference's code is not in the copy to be read and run either; raises ValueError for a name that is
+    not a ``def`` there."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    spans = []
+    for name in names:
+        scope, node = tree.body, None
+        for part in name.split("."):
+            node = next((n for n in scope if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                         and n.name == part), None)
+            if node is None:
+                raise ValueError(f"reference {module}:{name}: no such definition in {module}")
+            scope = getattr(node, "body", [])
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            raise ValueError(f"reference {module}:{name} is not a function")
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        indent = " " * node.col_offset
+        why = f"{module}.{name} is not available while grading: the grader compares your code with it"
+        stub = f"{indent}def {node.name}(*args, **kwargs):\n{indent}    raise RuntimeError({why!r})\n"
+        spans.append((first, node.end_lineno, stub))
+    for first, last, stub in sorted(spans, reverse=True):
+        lines[first - 1:last] = [stub]
+    return "".join(lines)
+
+
 def build_library(root: Path, dest: Path, references: tuple[str, ...] | list[str]) -> Path:
     """A copy of the checkout's ``servelab`` under ``dest`` in which each reference ``"module:name"`` (or
-    ``"module:Class.method"``) raises "not available while grading", by any route: the copy is what the
-    sandbox shows, so a learner's code can only call its own. Returns the package folder."""
+    ``"module:Class.method"``) raises "not available while grading", by any route: its definition is
+    replaced in the source (nothing to read and run) and its name rebound (nothing to reach through an alias);
+    the copy is what the sandbox shows, so a learner's code can only call its own. Returns the package folder."""
     lib = Path(dest) / "servelab"
     shutil.copytree(Path(root) / "lib" / "servelab", lib, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     by_module: dict[str, list[str]] = {}
@@ -421,7 +450,7 @@ def build_library(root: Path, dest: Path, references: tuple[str, ...] | list[str
         path = lib.joinpath(*parts).with_suffix(".py")
         if not path.is_file():
             path = lib.joinpath(*parts, "__init__.py")
-        text = path.read_text(encoding="utf-8") + UNAVAILABLE
+        text = _without_bodies(path.read_text(encoding="utf-8"), names, module) + UNAVAILABLE
         for name in names:
             text += f"{name} = _servelab_unavailable({module + '.' + name!r})\n"
         path.write_text(text, encoding="utf-8")

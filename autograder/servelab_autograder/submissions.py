@@ -648,7 +648,8 @@ for _name in {drills!r}:
 def hostile_to_verdicts(assignment: str, root: Path | None = None) -> dict[str, tuple]:
     """The routes that beat checks run in the learner's kernel, for a chapter whose verdicts are made outside
     it: input transformers, patched comparison helpers, a fake checker module and probe, poisoned modules,
-    the reference reached past the old guards (profile hook off, importlib), the solutions read from disk,
+    the reference reached past the old guards (profile hook off, importlib, its source text run), the
+    solutions read from disk,
     objects equal to everything. Each scores exactly what its honest part earns."""
     from servelab_autograder import verdicts
 
@@ -709,6 +710,15 @@ def hostile_to_verdicts(assignment: str, root: Path | None = None) -> dict[str, 
     out["importlib-reference"] = (nb, expect(top - sum(worth[c] for c in using(last.spec.name)),
                                              "not available while grading",
                                              f"{last.spec.name} is the reference, reached through importlib"))
+    nb = copy.deepcopy(full)
+    cell = nb.cells[_cell_index(nb, ex.spec.name)]
+    cell.source += (f"\n\nimport importlib, pathlib  # hostile: the reference rebuilt from the library's source\n"
+                    f"_src = pathlib.Path(importlib.import_module({ref_module!r}).__file__).read_text()\n"
+                    f"_ns = {{'__name__': 'mine'}}\nexec(compile(_src, 'mine', 'exec'), _ns)\n"
+                    f"{ex.spec.name} = _ns[{ex.spec.name!r}]\n")
+    out["source-reference"] = (nb, expect(top - sum(worth[c] for c in using(ex.spec.name)),
+                                          "not available while grading",
+                                          f"{ex.spec.name} is the library's source text run in a namespace"))
     return out
 
 

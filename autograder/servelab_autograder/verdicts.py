@@ -37,7 +37,7 @@ from pathlib import Path
 
 from servelab_autograder import known_wrong, plain
 from servelab_autograder.probe import answer
-from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, case_key, request_call
+from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, atlas_value, case_key, request_call
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class Drill:
     expected: Callable[[], float]
     abs_tol: float = 0.0
     rel_tol: float = 0.0
+    hints: tuple[tuple[float, str], ...] = ()   # (a wrong answer, what it means), for a wrong answer no patch gives
 
     def tolerance(self) -> str:
         return f"within {self.abs_tol}" if self.abs_tol else f"within {self.rel_tol:.0%}" if self.rel_tol \
@@ -90,6 +91,7 @@ class Chapter:
     prelude: str = ""                    # what the solution cells need to run on the trusted side (imports)
     demos: tuple[str, ...] = ()          # cells that only show the reference: not run while grading
     references: tuple[str, ...] = ()     # "module:name": unavailable in the sandbox while this chapter grades
+    setup: tuple[str, ...] = ()          # other cells the graded names need (a class built from the answers)
 
     @property
     def cells(self) -> dict:
@@ -117,9 +119,17 @@ def table(assignment: str) -> Chapter | None:
     return chapter if chapter is not None and chapter.assignment == assignment else None
 
 
-def cases(ex: Exercise, seed: int) -> list[tuple]:
-    rng = random.Random(f"{seed}:{ex.spec.name}")
-    return [tuple(c) for c in [*ex.fixed(), *ex.random(rng)]]
+_CASES: dict = {}
+
+
+def cases(ex: Exercise, seed: int) -> tuple[tuple, ...]:
+    """The exercise's fixed cases, then its random ones from ``seed`` (made once per run: a stateful
+    chapter's come from reference runs)."""
+    key = (id(ex), seed)
+    if key not in _CASES or _CASES[key][0] is not ex:
+        rng = random.Random(f"{seed}:{ex.spec.name}")
+        _CASES[key] = (ex, tuple(tuple(c) for c in [*ex.fixed(), *ex.random(rng)]))
+    return _CASES[key][1]
 
 
 def request(chapter: Chapter, cell: str, seed: int) -> dict:
@@ -140,6 +150,14 @@ def _specs(ex: Exercise) -> list[Spec]:
 # the known mistakes, run on this side
 
 
+def _code(fn):
+    """What a patch changes: a function's code object (a Triton kernel's is its Python function's, ``.fn``), or,
+    for a class built from the answers, its methods'."""
+    if isinstance(fn, type):
+        return tuple(sorted((k, v.__code__) for k, v in vars(fn).items() if hasattr(v, "__code__")))
+    return getattr(getattr(fn, "fn", fn), "__code__", None)
+
+
 class Pitfalls:
     """Each known-wrong patch of a chapter, applied to the solution and run here to name what a wrong result is."""
 
@@ -150,19 +168,24 @@ class Pitfalls:
 
         root = Path(root)
         self.chapter = chapter
-        self.solution = known_wrong.solution_cells(
-            nbformat.read(release.source_notebook(root, chapter.assignment), as_version=4))
+        nb = nbformat.read(release.source_notebook(root, chapter.assignment), as_version=4)
+        self.solution = known_wrong.solution_cells(nb)
+        ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells]
+        self.setup = {gid: c.source for gid, c in zip(ids, nb.cells) if gid in chapter.setup}
+        self.order = [gid for gid in ids if gid in self.solution or gid in self.setup]
         self.patches = known_wrong.pitfalls(root, chapter.assignment)
 
     @functools.cache  # noqa: B019 - one Pitfalls per grading process
     def namespace(self, name: str | None) -> dict:
-        """The solution cells run in order (with pitfall ``name`` applied), as a learner's namespace."""
+        """The solution cells (with pitfall ``name`` applied) and the chapter's setup cells, run in notebook
+        order, as a learner's namespace."""
         cells = self.solution if name is None else next(p for p in self.patches if p.name == name).apply(self.solution)
+        cells = {**cells, **self.setup}
         ns: dict = {"__name__": f"__solution_{name or 'ok'}__"}
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(self.chapter.prelude, "prelude", "exec"), ns)
-            for gid, source in cells.items():
-                exec(compile(source, gid, "exec"), ns)
+            for gid in self.order:
+                exec(compile(cells[gid], gid, "exec"), ns)
         return ns
 
     def wrong_results(self, spec: Spec, args):
@@ -171,10 +194,10 @@ class Pitfalls:
         base = self.namespace(None).get(spec.name)
         for p in self.patches:
             fn = self.namespace(p.name).get(spec.name)
-            if fn is None or getattr(fn, "__code__", None) == getattr(base, "__code__", None):
+            if fn is None or _code(fn) == _code(base):
                 continue
             try:
-                yield p, spec.norm(spec.run(fn, copy.deepcopy(args)), args)
+                yield p, spec.norm(spec.run(fn, args if spec.driver else copy.deepcopy(args)), args)
             except Exception:  # noqa: BLE001 - a mistake that also breaks on this input
                 continue
 
@@ -214,6 +237,17 @@ def _results(call, name: str, n: int) -> list | Verdict:
         return Verdict(False, f"the kernel answered {len(results) if isinstance(results, list) else 0} of the {n} "
                               f"cases of {name}; the cell scores 0")
     return results
+
+
+def changed_cells(chapter: Chapter, namespace: dict, base: dict) -> list[str]:
+    """The graded cells whose functions differ between ``namespace`` and ``base`` (the others grade alike)."""
+    out = []
+    for cell, graded in chapter.cells.items():
+        names = [d.name for d in graded.drills] if isinstance(graded, Drills) else [s.name for s in _specs(graded)]
+        if any(_code(namespace.get(n)) != _code(base.get(n)) or (_code(base.get(n)) is None and
+                                                                namespace.get(n) != base.get(n)) for n in names):
+            out.append(cell)
+    return out
 
 
 def _judge_exercise(ex: Exercise, args_list: list[tuple], calls: list, pitfalls: Pitfalls | None) -> Verdict:
@@ -261,19 +295,20 @@ def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict
         if not math.isclose(got, want, rel_tol=drill.rel_tol, abs_tol=drill.abs_tol):
             msg = f"{drill.name} = {got:.6g}, but the {drill.question} is {want:.4g} ({drill.tolerance()})."
             hint = pitfalls.drill(drill, got) if pitfalls is not None else None
+            hint = hint or next((h for value, h in drill.hints if math.isclose(got, value, rel_tol=1e-9)), None)
             return Verdict(False, f"{hint}\n{msg}" if hint else msg)
     return Verdict(True, f"drills: all {len(d.drills)} answers are right")
 
 
 def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | None = None,
-                    pitfalls: Pitfalls | None = None) -> dict[str, Verdict]:
+                    pitfalls: Pitfalls | None = None, cells=None) -> dict[str, Verdict]:
     """test cell -> Verdict for a learner's ``namespace`` graded in this process (no kernel, no sandbox): the
-    same requests, answers as plain data and judgement as a sandboxed grading."""
+    same requests, answers as plain data and judgement as a sandboxed grading (``cells``: only these)."""
     from servelab_autograder import release
 
     pitfalls = pitfalls or Pitfalls(chapter, root or release.repo_root())
     out = {}
-    for cell in chapter.cells:
+    for cell in cells or chapter.cells:
         reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
         out[cell] = judge(chapter, cell, seed, reply, pitfalls)
     return out
@@ -284,9 +319,9 @@ def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | N
 
 
 def build_atlas(chapter: Chapter, pitfalls: Pitfalls) -> dict:
-    """exercise -> {case key: [[pitfall message, normalised wrong result], ...]} over the fixed cases, for
-    each pitfall whose result differs from the reference's there."""
-    atlas: dict = {}
+    """exercise -> {case key: [[pitfall, normalised wrong result (or its digest)], ...]} over the fixed cases,
+    for each pitfall whose result differs from the reference's there; ``"$pitfalls"``: pitfall -> message."""
+    atlas: dict = {"$pitfalls": {}}
     for ex in chapter.exercises:
         spec = ex.spec
         entries: dict = {}
@@ -294,7 +329,8 @@ def build_atlas(chapter: Chapter, pitfalls: Pitfalls) -> dict:
             want = spec.expected(args)
             for p, wrong in pitfalls.wrong_results(spec, args):
                 if not spec.same(wrong, want):
-                    entries.setdefault(case_key(args), []).append([p.message, plain.encode(wrong)])
+                    entries.setdefault(case_key(args), []).append([p.name, atlas_value(spec, wrong)])
+                    atlas["$pitfalls"][p.name] = p.message
         atlas[spec.name] = entries
     return atlas
 

@@ -216,45 +216,43 @@ class BlockManager:
         self.used_block_ids.remove(block_id)
         self.free_block_ids.append(block_id)
 
-    def _cached_prefix(self, seq: Sequence):
-        """Yield (block_id, in_use) for the leading full blocks that hit, never the last block."""
-        h = -1
-        for i in range(seq.num_blocks - 1):   # the last block is computed, so logits exist
-            token_ids = seq.block(i)
-            h = self.compute_hash(token_ids, h)
-            block_id = self.hash_to_block_id.get(h, -1)
-            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
-                return
-            yield block_id, block_id in self.used_block_ids
-
     def can_allocate(self, seq: Sequence) -> int:
         """Number of leading blocks that hit the cache, or -1 if the free list cannot hold the rest.
 
-        Blocks that hit and are in use by another sequence cost nothing; hits on freed blocks still
-        take an entry out of the free list.
+        A block hits when its chained hash maps to a block holding the same tokens; the last block never
+        does (it is computed, so the model has logits). Blocks that hit and are in use by another sequence
+        cost nothing; hits on freed blocks still take an entry out of the free list.
         """
         self._check(seq)
         if not self.enable_prefix_caching:
             return 0 if len(self.free_block_ids) >= seq.num_blocks else -1
-        num_cached_blocks, num_new_blocks = 0, seq.num_blocks
-        for _, in_use in self._cached_prefix(seq):
+        h, num_cached_blocks, num_new_blocks = -1, 0, seq.num_blocks
+        for i in range(seq.num_blocks - 1):
+            token_ids = seq.block(i)
+            h = self.compute_hash(token_ids, h)
+            block_id = self.hash_to_block_id.get(h, -1)
+            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
+                break
             num_cached_blocks += 1
-            num_new_blocks -= in_use
+            num_new_blocks -= block_id in self.used_block_ids
         return num_cached_blocks if len(self.free_block_ids) >= num_new_blocks else -1
 
     def allocate(self, seq: Sequence, num_cached_blocks: int):
-        """Give the sequence blocks for all its tokens: the first num_cached_blocks from the cache."""
+        """Give the sequence blocks for all its tokens: the first num_cached_blocks from the cache (the count
+        can_allocate() returned; their blocks are found again by their chained hashes)."""
         assert not seq.block_table, f"{seq.name} already has blocks"
         self._check(seq)
         if not self.enable_prefix_caching:
             num_cached_blocks = 0
-        cached = list(self._cached_prefix(seq))[:num_cached_blocks] if num_cached_blocks else []
-        if len(cached) != num_cached_blocks:
-            raise ValueError(f"{seq.name}: only {len(cached)} leading blocks are cached, not {num_cached_blocks}; "
-                             f"call allocate() with what can_allocate() returned")
-        for block_id, in_use in cached:
+        h = -1
+        for i in range(num_cached_blocks):
+            h = self.compute_hash(seq.block(i), h)
+            block_id = self.hash_to_block_id.get(h)
+            if block_id is None:
+                raise ValueError(f"{seq.name}: block {i} is not cached; call allocate() with what can_allocate() "
+                                 f"returned")
             block = self.blocks[block_id]
-            if in_use:
+            if block_id in self.used_block_ids:
                 block.ref_count += 1
             else:
                 block.ref_count = 1

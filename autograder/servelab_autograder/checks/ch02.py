@@ -1,0 +1,158 @@
+"""Chapter 02's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
+
+A case of a method is the scheduler's state at the moment nano-vllm's scheduler calls it, in a run of one workload
+(``servelab_autograder.ch02.record``): the lesson's workloads, one per pitfall, the prefix cache's (fixed cases,
+also the visible checks'), then seeded random workloads (shared prefixes, arrivals between steps, budgets,
+``max_num_seqs`` and block sizes 1-8, caching on and off, some requests stopping at eos).
+
+Blocked while grading: ``Scheduler.schedule``, ``Scheduler.preempt``, ``Scheduler.postprocess`` and
+``BlockManager.can_allocate``; schedule's own calls of preempt and can_allocate are answered by the replay of the
+reference run. Reachable, and why: ``needs_new_block`` (``BlockManager.can_append`` and ``may_append``, which
+schedule calls, decide with it: the rule is the docstring's one line); ``BlockManager.allocate`` (schedule calls
+it), which finds the hit blocks again by their chained hashes but neither compares tokens nor counts the free
+list, so it does not answer can_allocate's cases (a forced hash collision among them).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from servelab.engine import Engine, expected
+from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
+from servelab_autograder import ch02
+from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
+
+S = ch02.SPECS
+
+
+def random_scenarios(rng: random.Random, n: int, cache: bool) -> list[dict]:
+    """``n`` workloads the reference can run: shared prefixes, arrivals between steps, random budgets."""
+    out: list[dict] = []
+    while len(out) < n:
+        bs, nb = rng.randint(1, 8), rng.randint(3, 12)
+        budget, mns = rng.randint(1, 3 * bs + 4), rng.randint(1, 5)
+        prefix = [rng.randint(0, 3) for _ in range(rng.randint(0, 3 * bs))]
+        groups: dict[int, list] = {}
+        for i in range(rng.randint(1, 6)):
+            shared = prefix[:rng.randint(0, len(prefix))] if rng.random() < 0.7 else []
+            prompt = shared + [rng.randint(0, 3) for _ in range(rng.randint(1, 2 * bs))]
+            max_tokens = rng.randint(1, 2 * bs)
+            if -(-(len(prompt) + max_tokens - 1) // bs) > nb:
+                continue
+            groups.setdefault(rng.choice([0, 0, 1, 2, 3, 5, 8]), []).append(
+                (f"r{i}", prompt, max_tokens, rng.random() < 0.75))
+        if not groups:
+            continue
+        eos = -1
+        stoppers = [r for g in groups.values() for r in g if not r[3]]
+        if stoppers and rng.random() < 0.8:
+            name, prompt, max_tokens, _ = rng.choice(stoppers)
+            eos = expected(prompt, max_tokens)[rng.randrange(max_tokens)]
+        sc = ch02.scenario(f"random workload {len(out)} (caching {'on' if cache else 'off'})", nb, bs, budget,
+                           sorted(groups.items()), mns, eos, cache)
+        if ch02.record(sc) is not None:
+            out.append(sc)
+    return out
+
+
+def _random(exercise: str, n: int, caching=(False, True)):
+    def make(rng: random.Random) -> list[tuple]:
+        return ch02.cases_of(exercise, [sc for cache in caching for sc in random_scenarios(rng, n, cache)])
+    return make
+
+
+def _fixed(exercise: str):
+    return lambda: ch02.cases_of(exercise, ch02.lesson_scenarios())
+
+
+def _collisions() -> list[tuple]:
+    """can_allocate where a block's chained hash maps to a block holding other tokens (a forced collision)."""
+    out = []
+    for where, bm, tokens in ch02.cases_of("can_allocate", ch02.cache_scenarios()):
+        bs = bm["block_size"]
+        h = BlockManager.compute_hash(tokens[:bs])
+        block = dict(map(tuple, bm["hashes"])).get(h)
+        if block is None or len(tokens) <= bs:
+            continue
+        bm = copy.deepcopy(bm)
+        bm["blocks"][block][2] = [t + 1000 for t in tokens[:bs]]
+        out.append((f"{where}, with a hash collision on block 0", bm, tokens))
+    return out
+
+
+def _rule_random(rng: random.Random) -> list[tuple[int, int]]:
+    return [(rng.randint(1, 10**6), rng.choice([1, 2, 3, 4, 16, 256, rng.randint(1, 4096)])) for _ in range(300)]
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills of "Say it in the interview", computed by the reference
+
+
+def _seq(name, tokens, max_tokens):
+    return Sequence(tokens, SamplingParams(max_tokens=max_tokens, ignore_eos=True), name=name)
+
+
+def _drill_prefilled_abc() -> int:
+    sch = Scheduler(num_blocks=5, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
+    reqs = [_seq(n, [ord(n) * 100 + j for j in range(L)], 4) for n, L in [("A", 6), ("B", 5), ("C", 3)]]
+    return sum(r.num_batched_tokens for r in Engine(sch).run(reqs) if r.is_prefill)
+
+
+def _drill_cached_system_prompt() -> int:
+    system = list(range(1000))
+    sch = Scheduler(num_blocks=200, block_size=16, max_num_batched_tokens=4096)
+    Engine(sch).run([_seq("first", system + [7] * 20, 1)])
+    return sch.block_manager.can_allocate(Sequence(system + [9] * 50, name="new", block_size=16)) * 16
+
+
+def _drill_same_step() -> int:
+    prompt = list(range(40))
+    sch = Scheduler(num_blocks=20, block_size=16, max_num_batched_tokens=4096)
+    trace = Engine(sch).run([_seq("R1", prompt, 2), _seq("R2", prompt, 2)], arrivals={1: [_seq("R3", prompt, 2)]})
+    return sum(r.num_batched_tokens for r in trace if r.is_prefill)
+
+
+def _whole(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ch02.Shape(f"{name} is {ch02._short.repr(value)}; it must be a whole number (int)")
+    return value
+
+
+CHAPTER = Chapter(
+    assignment=ch02.ASSIGNMENT,
+    prelude="import servelab.scheduler\nfrom servelab.scheduler import BlockManager, SamplingParams, Sequence, "
+            "SequenceStatus\n",
+    demos=("setup_2", "setup_3", "setup_5", "setup_6", "setup_7"),
+    setup=("setup_4",),
+    references=("servelab.scheduler:Scheduler.schedule", "servelab.scheduler:Scheduler.preempt",
+                "servelab.scheduler:Scheduler.postprocess", "servelab.scheduler:BlockManager.can_allocate"),
+    exercises=(
+        Exercise(S["needs_new_block"], "test_needs_new_block", fixed=ch02.rule_cases, random=_rule_random),
+        Exercise(S["preempt"], "test_preempt", fixed=_fixed("preempt"), random=_random("preempt", 40)),
+        Exercise(S["schedule"], "test_schedule", fixed=_fixed("schedule"), random=_random("schedule", 40)),
+        Exercise(S["postprocess"], "test_postprocess", fixed=_fixed("postprocess"),
+                 random=_random("postprocess", 40)),
+        Exercise(S["Scheduler"], "test_lesson_step2",
+                 fixed=lambda: ch02.cases_of("Scheduler", ch02.scheduler_scenarios()),
+                 random=_random("Scheduler", 30, caching=(False,))),
+        Exercise(S["can_allocate"], "test_can_allocate", fixed=lambda: [*_fixed("can_allocate")(), *_collisions()],
+                 random=_random("can_allocate", 60, caching=(True,))),
+    ),
+    drills=Drills("test_drills", (
+        Drill("drill_1", "total number of tokens prefilled in the lesson's A/B/C run (5 blocks of 4, budget 8, "
+                         "prefix caching off)", _drill_prefilled_abc,
+              hints=((14, "C is preempted after it has generated tokens and is prefilled again, generated tokens "
+                          "included: count that second prefill too."),)),
+        Drill("drill_2", "number of tokens of the new request (1000-token system prompt + 50 own tokens, block "
+                         "size 16) served from the prefix cache", _drill_cached_system_prompt,
+              hints=((1000, "Hits are whole blocks: the block holding tokens 992..1007 mixes system-prompt tokens "
+                            "with the request's own, so it is not a hit."),)),
+        Drill("drill_3", "total number of prompt tokens prefilled for R1, R2 (same step) and R3 (one step later), "
+                         "same 40-token prompt, block size 16", _drill_same_step,
+              hints=((56, "R1 and R2 are admitted in the same step: R1's blocks are hashed only in postprocess, "
+                          "so R2 cannot hit them."),
+                     (120, "R3 arrives after R1's and R2's blocks were hashed: its first two full blocks hit."),
+                     (80, "R3 still computes its last (partial) block: hits are whole blocks and never the last."))),
+    ), read=_whole),
+)
