@@ -1,99 +1,117 @@
-"""Chapter 03's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
+"""Chapter 03 is graded from its table (servelab_autograder/checks/ch03.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg): only
-the cells grading needs, figures not displayed (see _Notebook). nbgrader grades the same cells as whole submissions
-in the slower autograde tests.
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch03_token_budget/*.diff) still applies to the solution, loses
+  exactly the cells it lists, and names its pitfall on the first line of each; the notebook lists every pitfall;
+- ``schedule`` is graded one step at a time, state in and state out, through the chapter's driver; the reference
+  goes through the same driver;
+- the test cells hold no hidden tests (the table is the hidden test), and their messages (``_grade.diagnose``)
+  show input, got and expected, naming the pitfall through the atlas, which is what a fresh build of it gives;
+- with the chapter's references blocked (the grading library), the cells that run while grading still run, the
+  solution still passes, and the library calls that stay reachable do not pass an exercise alone.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
+import dataclasses
+import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
-import matplotlib
+import nbformat
 import numpy as np
 import pytest
-from grading_harness import Notebook, caught_under_python_O, is_test, pitfall_phrase, python_source
+from grading_harness import Notebook, is_test, python_source
 
-matplotlib.use("Agg")
+from servelab import costmodel, simulator
+from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
+from servelab.simulator import MixedBudget, Requests, simulate
+from servelab_autograder import ch03, known_wrong, plain, probe, release, verdicts
+from servelab_autograder.checks import ch03 as table
+from servelab_autograder.spec import atlas_path
 
-from servelab import costmodel  # noqa: E402
-from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B  # noqa: E402
-from servelab.simulator import MixedBudget, Requests, simulate  # noqa: E402
-from servelab_autograder import ch03  # noqa: E402
-
+ROOT = release.repo_root()
+A = "ch03_token_budget"
+CHAPTER = table.CHAPTER
 EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "max_chunk", "max_backlog")
-
-# test cell -> how its hidden block's helper is called on the notebook's namespace
-HELPERS = {
-    "test_kv_bytes_per_token": lambda ns: ch03.check_kv_bytes_per_token(ns["kv_bytes_per_token"]),
-    "test_step_time": lambda ns: ch03.check_step_time(ns["step_time"]),
-    "test_schedule": lambda ns: ch03.check_schedule(ns["schedule"]),
-    "test_max_chunk": lambda ns: ch03.check_max_chunk(ns["max_chunk"]),
-    "test_max_backlog": lambda ns: ch03.check_max_backlog(ns["max_backlog"]),
-    "test_drills": lambda ns: ch03.check_drills([ns[f"drill_{k}"] for k in range(1, 6)]),
-}
-
-
-# --------------------------------------------------------------------------------------------------------
-# the notebook, cell by cell
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
 
 
 class _Notebook(Notebook):
-    """Chapter 03's notebook, run for grading: only the cells the test cells read (the walkthrough's simulations
-    and figures cannot change a grade; the notebook itself runs them all: nbval, execute). A cell that raises (a
-    setup cell running a wrong submission) stops nothing, as in nbgrader; figures are drawn, not displayed. Name
-    flow by the strict rules, and each known-wrong namespace built once."""
-
-    def __init__(self):
-        super().__init__("ch03_token_budget", strict_names=True)
-        self._wrong_namespaces: dict[str, dict] = {}
-
-    @functools.cached_property
-    def cells_the_tests_read(self) -> frozenset[str]:
-        """grade_ids of the non-test cells whose names the test cells read, directly or through other cells."""
-        needed = set().union(*(self.names(src)[1] for meta, src in self.code_cells() if is_test(meta)))
-        keep = set()
-        for meta, src in reversed(self.code_cells()):
-            bound, used = self.names(src)
-            if not is_test(meta) and (bound & needed or meta.get("solution")):
-                keep.add(meta["grade_id"])
-                needed |= used
-        return frozenset(keep)
+    """The notebook as it runs while grading: the demo cells (the walkthrough's simulations) are skipped."""
 
     def runs(self, meta: dict) -> bool:
-        return meta.get("grade_id") in self.cells_the_tests_read
-
-    def exec_cell(self, meta: dict, src: str, ns: dict, replacing: bool) -> None:
-        try:
-            super().exec_cell(meta, src, ns, replacing)
-        except Exception:  # noqa: BLE001 - only the solution must run cleanly, checked separately
-            if not replacing:
-                raise
-        if "show" in ns:           # figures: drawn, not displayed
-            ns["show"] = lambda fig: matplotlib.pyplot.close(fig)
-
-    def wrong_namespace(self, name: str) -> dict:
-        if name not in self._wrong_namespaces:
-            self._wrong_namespaces[name] = super().wrong_namespace(name)
-        return dict(self._wrong_namespaces[name])
+        return meta.get("grade_id") not in CHAPTER.demos
 
 
-NB = _Notebook()
+NB = _Notebook(A)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the notebook's shape
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def test_notebook_follows_the_authoring_conventions():
+def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
+    """test cell -> Verdict, as verdicts.grade_namespace makes it, for ``cells`` (default: all)."""
+    out = {}
+    for cell in cells or CHAPTER.cells:
+        reply = json.loads(json.dumps(probe.answer(verdicts.request(CHAPTER, cell, seed), ns)))
+        out[cell] = verdicts.judge(CHAPTER, cell, seed, reply, PITFALLS)
+    return out
+
+
+def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
+
+
+def _graded_names(graded) -> list[str]:
+    if isinstance(graded, verdicts.Drills):
+        return [d.name for d in graded.drills]
+    return [graded.spec.name, *(r.other.name for r in graded.relations)]
+
+
+def _same(a, b) -> bool:
+    code = getattr(a, "__code__", None)
+    return code == getattr(b, "__code__", None) if code is not None else a == b
+
+
+def changed_cells(ns: dict) -> set[str]:
+    """The graded cells whose names ``ns`` binds differently from the solution: grading is a function of those names
+    and the seed, so every other cell's verdict is the solution's."""
+    base = solution()
+    return {cell for cell, graded in CHAPTER.cells.items()
+            if not all(_same(ns.get(n), base.get(n)) for n in _graded_names(graded))}
+
+
+# ------------------------------------------------------------------------------------------------
+# the table and the notebook
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = set(NB.test_cells())
+    assert set(CHAPTER.cells) == tests
+    assert NB.solution_ids() == [*EXERCISES, "drills"]
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
+    modules = {"servelab.costmodel": costmodel, "servelab.simulator": simulator}
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        obj = modules[module]
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        assert callable(obj), ref
+
+
+def test_the_notebook_follows_the_authoring_conventions():
     NB.assert_servelab_kernel()
-    solutions = NB.solution_ids()
-    tests = NB.test_cells()
-    assert solutions == [*EXERCISES, "drills"]
-    assert set(tests) == set(HELPERS)
-    assert {g: m["points"] for g, m in tests.items()} == {
+    assert {g: m["points"] for g, m in NB.test_cells().items()} == {
         "test_kv_bytes_per_token": 1, "test_step_time": 3, "test_schedule": 3, "test_max_chunk": 2,
         "test_max_backlog": 2, "test_drills": 5}
     for c, meta, source in NB.conventional_code_cells():
@@ -104,22 +122,23 @@ def test_notebook_follows_the_authoring_conventions():
             if meta["grade_id"] != "drills":
                 assert c["outputs"] == [], meta["grade_id"]
         elif meta.get("grade"):
-            assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
-            assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-            assert c["outputs"] == [], f"{meta['grade_id']} prints nothing when it passes"
+            assert "HIDDEN TESTS" not in source, f"{meta['grade_id']}: the table is its hidden test"
+            name = meta["grade_id"].removeprefix("test_")
+            line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
+            assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
+            assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
 
 
 def test_setup_cells_that_run_learner_code_may_raise():
-    """A setup cell that calls an exercise's function raises at once in the release (the stub): it must be
-    tagged raises-exception, and the others must not be."""
-    for kind, meta, src, tags in NB.cells:
-        if kind != "code" or meta.get("solution") or is_test(meta):
+    """A setup cell that calls an exercise's function raises at once in the release (the stub): it is tagged
+    raises-exception, and the others are not."""
+    for cell in NB.cells:
+        if cell.kind != "code" or cell.meta.get("solution") or is_test(cell.meta):
             continue
-        loads = {n.id for n in ast.walk(ast.parse(python_source(src))) if isinstance(n, ast.Name)
+        loads = {n.id for n in ast.walk(ast.parse(python_source(cell.source))) if isinstance(n, ast.Name)
                  and isinstance(n.ctx, ast.Load)}
         runs_learner_code = bool(loads & {*EXERCISES, "YourMixedBudget"})
-        assert ("raises-exception" in tags) == runs_learner_code, meta["grade_id"]
+        assert ("raises-exception" in cell.tags) == runs_learner_code, cell.meta["grade_id"]
 
 
 def test_saved_outputs_are_deterministic_text_and_png_only():
@@ -131,201 +150,358 @@ def test_saved_outputs_are_deterministic_text_and_png_only():
 
 
 def test_the_assumptions_are_stated():
-    text = " ".join(src for kind, _, src, _ in NB.cells if kind == "markdown")
+    text = " ".join(c.source for c in NB.cells if c.kind == "markdown")
     for needle in ("LLaMA-2-7B", "Llama-3-8B", "Llama-3.1-8B", "H100 SXM", "H200", "989 TFLOP/s", "3.35 TB/s",
                    "4.8 TB/s", "0.5 ms", "lower bound", "integer **steps**", "float seconds"):
         assert needle in text, needle
 
 
-# --------------------------------------------------------------------------------------------------------
-# the solution passes
+# ------------------------------------------------------------------------------------------------
+# the solution passes, the stubs fail
 
 
-@pytest.mark.parametrize("test_cell", sorted(HELPERS))
-def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](NB.solution_namespace())
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
 
 
-def test_solution_passes_every_test_cell():
-    NB.assert_solution_passes_every_test_cell(HELPERS)
+def test_the_solution_passes_every_visible_test_cell_without_the_demos():
+    ns = NB.namespace()
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
 
 
-# --------------------------------------------------------------------------------------------------------
-# every known-wrong submission fails, with its pitfall's name
+def test_the_released_stubs_fail_every_graded_cell():
+    stubs = known_wrong.solution_cells(nbformat.read(release.release_notebook(ROOT, A), as_version=4))
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for source in stubs.values():
+        try:
+            exec(source, ns)
+        except NotImplementedError:
+            pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
 
 
-def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    messages = NB.assert_a_known_wrong_per_pitfall(HELPERS, ch03.PITFALLS, at_least=6)
-    phrases = [pitfall_phrase(m) for m in messages]     # unique too, as the list names them
-    assert len(set(phrases)) == len(phrases), "two known-wrong submissions test the same pitfall"
-    # and the other way round: every bullet of the list has its known-wrong submission
-    for bullet in NB.pitfalls_text().split("\n- ")[1:]:
-        assert any(m in bullet for m in phrases), f"no known-wrong submission for: {bullet[:80]}"
+# ------------------------------------------------------------------------------------------------
+# every pitfall is one patch that loses exactly its cells, named on their first line
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_fails_its_checks_with_its_message(name):
-    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(known_wrong.solution_cells(nbformat.read(release.source_notebook(ROOT, A), as_version=4)))
+    assert patched != PITFALLS.solution
+    ns = solution(patch.name)
+    changed = changed_cells(ns)
+    assert set(patch.fails) <= changed, "a cell it must lose grades nothing the patch changed"
+    for seed in SEEDS:
+        got = failing(ns, seed, sorted(changed))   # the other cells' verdicts are the solution's, which pass
+        assert sorted(got) == sorted(patch.fails), got
+        for cell, message in got.items():
+            assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+            assert patch.says.lower() in message.lower()
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
-    """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = NB.pitfalls_text()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution), "every exercise has a pitfall"
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
+    assert not list(known_wrong.folder(ROOT, A).glob("*.py")), "the old REPLACE modules are gone"
 
 
-def test_the_unit_tests_run_the_cells_grading_needs():
-    assert NB.cells_the_tests_read == {"setup_1", *EXERCISES, "drills"}
+def test_a_target_of_a_whole_number_of_steps_is_graded_and_ceil_minus_one_is_caught():
+    whole = [c for c in table.BACKLOG_FIXED if abs(c[3] / c[2] - round(c[3] / c[2])) < 1e-9]
+    assert (100, 0, 0.25, 1.0) in whole
+    assert any(c[3] / c[2] != round(c[3] / c[2]) for c in whole), "a whole-step target floating point rounds down"
+    message = failing(solution("backlog_ceil_minus_one"), cells=["test_max_backlog"])["test_max_backlog"]
+    assert message.startswith("Pitfall: a target of exactly k steps leaves k whole steps")
+    assert "max_backlog(budget=100, num_decodes=0, step_s=0.25, ttft_target_s=1.0) returned 200 tokens; " \
+           "expected 300 tokens" in message
+    # a plain floor, which 0.3 / 0.1 = 2.9999999999999996 trips, gets the same pitfall
+    ns = {**solution(), "max_backlog": lambda b, d, s, t: max(0, (b - d) * (math.floor(t / s) - 1))}
+    assert failing(ns, cells=["test_max_backlog"])["test_max_backlog"].startswith(
+        "Pitfall: a target of exactly k steps")
 
 
-def test_each_exercise_only_affects_its_own_test_cell():
-    for exercise in EXERCISES:
-        assert NB.affected_tests({exercise}) == [f"test_{exercise}"], exercise
-    assert NB.affected_tests({"drills"}) == ["test_drills"]
+ADMIT_AFTER_PREEMPT = """\
+Pitfall: a request was admitted in a step that preempted.
+fails: test_schedule
+says: admitted in a step that preempted
+--- schedule
++++ schedule
+@@
+-    if not state.preempted_this_step:                 # 3. admissions, first come first served
++    if True:                                          # 3. admissions, first come first served
+"""
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks refuse the reference, explain mistakes in the learner's terms, and need no assert statement
+def test_admitting_after_a_preemption_alone_changes_no_step(tmp_path):
+    """Why that rule has no patch: after a preemption the head of waiting is the sequence just preempted, and the
+    slots it freed went to the decodes (fewer than it holds), so it cannot be admitted anyway."""
+    path = tmp_path / "admit_after_preempt.diff"
+    path.write_text(ADMIT_AFTER_PREEMPT)
+    cells = known_wrong.load(path).apply(PITFALLS.solution)
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    exec(cells["schedule"], ns)
+    states = [args[1] for args in verdicts.cases(CHAPTER.cells["test_schedule"], 0)]
+    assert sum(table._preempts(s) for s in states) >= 20, "the cases hold steps that preempt"
+    assert failing({**solution(), "schedule": ns["schedule"]}, cells=["test_schedule"]) == {}
 
 
-def test_calling_the_reference_is_refused():
-    with pytest.raises(AssertionError, match="is servelab.costmodel.max_backlog_tokens itself"):
-        ch03.check_max_backlog(costmodel.max_backlog_tokens)
-    with pytest.raises(AssertionError, match="is servelab.simulator.MixedBudget.schedule itself"):
-        ch03.check_schedule(MixedBudget.schedule)
-
-    def via_reference(model, gpu, chunks=(), decodes=(), overhead_s=0.5e-3):
-        return costmodel.step_time(model, gpu, [c for c, _ in chunks], list(decodes), [p for _, p in chunks],
-                                   overhead_s)
-
-    with pytest.raises(AssertionError, match="calls servelab.costmodel.step_time"):
-        ch03.check_step_time(via_reference)
-
-    def via_super(self, state):
-        return super(type(self), self).schedule(state)
-
-    with pytest.raises(AssertionError, match="calls servelab.simulator.MixedBudget.schedule"):
-        ch03.check_schedule(via_super)
-
-    def chunk_by_reference(model, gpu, target, decodes, prefix=0, overhead_s=0.5e-3):
-        return costmodel.max_prefill_chunk(model, gpu, target, decodes, prefix, overhead_s)
-
-    with pytest.raises(AssertionError, match="calls servelab.costmodel.max_prefill_chunk"):
-        ch03.check_max_chunk(chunk_by_reference)
-
-    def kv_by_reference(model):
-        return model.kv_bytes_per_token
-
-    with pytest.raises(AssertionError, match="kv_bytes_per_token is what you are computing"):
-        ch03.check_kv_bytes_per_token(kv_by_reference)
+# ------------------------------------------------------------------------------------------------
+# messages
 
 
-def test_messages_show_the_input_what_came_back_and_what_was_expected():
-    ns = NB.solution_namespace()
-    msg = ch03.diagnose("max_chunk", lambda *a, **k: 7, LLAMA3_8B, H100_SXM, 0.030, [1024] * 32)
-    assert "max_chunk(Llama-3-8B, H100 SXM, tpot_target_s=0.03, decodes=[1024] * 32" in msg
-    assert "returned 7; expected 1980" in msg and "with a chunk of 1980 the step takes" in msg
-    msg = ch03.diagnose("step_time", lambda *a, **k: 1.0, LLAMA2_7B, H100_SXM, (), [0])
-    assert "returned 1000 ms; expected 4.52" in msg and "memory-bound" in msg
-    assert "agrees with the reference" in ch03.diagnose("max_backlog", ns["max_backlog"], 2048, 48, 0.03, 1.0)
-    assert ch03.diagnose("nope", ns["max_backlog"]) == "no check named 'nope'"
+def test_messages_show_input_got_and_expected():
+    text = failing(solution("step_no_kv_read"), cells=["test_step_time"])["test_step_time"]
+    assert "step_time(model=LLaMA-2-7B, gpu=H100 SXM, chunks=[], decodes=[1000], overhead_s=0.5 ms)" in text
+    assert "returned 4.52309 ms; expected 4.6796 ms" in text and "memory-bound" in text
+    text = failing(solution("schedule_budget_overrun"), cells=["test_schedule"])["test_schedule"]
+    assert "at step 4 of 'three decoders and a long prompt'" in text and "waiting [3 (40 tokens)]" in text
+    assert "returned 0:1 1:1 2:1 3:16 (19 tokens)" in text and "expected 0:1 1:1 2:1 3:13 (16 tokens)" in text
+    text = failing(solution("schedule_no_reserve"), cells=["test_schedule"])["test_schedule"]
+    assert "the batch is right but the state afterwards differs" in text and "request 0: reserved 6 (reference 7)" \
+        in text
+    text = failing(solution("chunk_off_by_one"), cells=["test_max_chunk"])["test_max_chunk"]
+    assert "returned 1981 tokens; expected 1980 tokens" in text and "with a chunk of 1980 the step takes" in text
+    text = failing(solution("kv_weight_bytes"), cells=["test_kv_bytes_per_token"])["test_kv_bytes_per_token"]
+    assert "bytes_per_kv_element=1>) returned 524,288 bytes; expected 262,144 bytes" in text
 
 
-def test_schedule_failures_name_the_step_and_the_state():
-    wrong = NB.known_wrong("schedule_budget_overrun").REPLACE["schedule"]
-    ns = dict(NB.solution_namespace())
-    exec(wrong, ns)
-    with pytest.raises(AssertionError) as info:
-        ch03.check_schedule(ns["schedule"])
-    msg = str(info.value)
-    assert msg.startswith("Pitfall: the step overran the token budget")
-    assert "At step" in msg and "three decoders and a long prompt" in msg
-    assert "you scheduled:" in msg and "MixedBudget scheduled:" in msg and "(19 tokens)" in msg
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    wrong = solution("kv_query_heads")["kv_bytes_per_token"]
+    text = ch03.diagnose(wrong, LLAMA3_8B)
+    assert text.startswith("Pitfall: the cache holds num_kv_heads heads, not num_heads")
+    assert "returned 524,288 bytes; expected 131,072 bytes" in text
+    fp8 = dataclasses.replace(LLAMA3_8B, name="Llama-3-8B, fp8 KV", bytes_per_kv_element=1)
+    assert ch03.diagnose(solution("kv_weight_bytes")["kv_bytes_per_token"], fp8).startswith(
+        "Pitfall: the KV element size is bytes_per_kv_element")
+    text = ch03.diagnose(solution("schedule_prefill_before_decodes")["schedule"])   # the visible scenarios
+    assert text.startswith("Pitfall: prefill was scheduled before the decodes") and "returned 3:16 (16 tokens)" in text
+    text = ch03.diagnose(solution("chunk_ignores_prefix")["max_chunk"], LLAMA3_8B, H100_SXM, 0.030, [1024] * 32,
+                         prefix=30_000)
+    assert text.startswith("Pitfall: the chunk bound ignored the prefix") and "expected 957 tokens" in text
+    assert ch03.diagnose(solution("backlog_ceil_minus_one")["max_backlog"], 2048, 48, 0.1, 0.3).startswith(
+        "Pitfall: a target of exactly k steps")
+    right = solution()
+    assert ch03.diagnose(right["max_backlog"], 2048, 48, 0.1, 0.3).endswith("is correct on this input")
+    assert ch03.diagnose(right["step_time"], LLAMA2_7B, H100_SXM, (), [0]).endswith("is correct on this input")
+    assert ch03.diagnose(right["schedule"]).startswith("schedule agrees with MixedBudget on every step")
+
+
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+
+def _graded(source: str, cell: str) -> verdicts.Verdict:
+    ns = solution()
+    exec(textwrap.dedent(source), ns)
+    return grade(ns, cells=[cell])[cell]
 
 
 def test_results_are_converted_not_trusted():
-    ns = NB.solution_namespace()
-    # numpy numbers and whole floats are fine
-    ch03.check_max_backlog(lambda *a: np.int64(ns["max_backlog"](*a)))
-    ch03.check_max_chunk(lambda *a, **k: float(ns["max_chunk"](*a, **k)))
-    ch03.check_kv_bytes_per_token(lambda m: np.float64(ns["kv_bytes_per_token"](m)))
-    with pytest.raises(AssertionError, match="returned something else: the result is '1980'"):
-        ch03.check_max_chunk(lambda *a, **k: str(ns["max_chunk"](*a, **k)))
-    with pytest.raises(AssertionError, match=r"expected 64000 tokens"):
-        ch03.check_max_backlog(lambda *a: ns["max_backlog"](*a) + 0.5)
-
-    def two_entries(self, state):
-        ids, tokens = ns["schedule"](self, state)
-        return list(ids) + list(ids[:1]), list(tokens) + list(tokens[:1])
-
-    with pytest.raises(AssertionError, match="put request 0 in the step twice"):
-        ch03.check_schedule(two_entries)
+    base = solution()
+    ns = {**base, "max_backlog": lambda *a: np.int64(base["max_backlog"](*a)),
+          "max_chunk": lambda *a, **k: float(base["max_chunk"](*a, **k)),
+          "kv_bytes_per_token": lambda m: np.float64(base["kv_bytes_per_token"](m))}
+    assert failing(ns, cells=["test_max_backlog", "test_max_chunk", "test_kv_bytes_per_token"]) == {}
+    ns = {**base, "max_chunk": lambda *a, **k: str(base["max_chunk"](*a, **k))}
+    assert "returned '1980': the result is '1980'; expected a whole number of tokens" in failing(
+        ns, cells=["test_max_chunk"])["test_max_chunk"]
+    ns = {**base, "max_backlog": lambda *a: base["max_backlog"](*a) + 0.5}
+    assert "returned 64000.5 tokens; expected 64000 tokens" in failing(ns, cells=["test_max_backlog"])[
+        "test_max_backlog"]
+    v = _graded("""
+        _right = schedule
+        def schedule(self, state):
+            ids, tokens = _right(self, state)
+            return list(ids) + list(ids[:1]), list(tokens) + list(tokens[:1])
+    """, "test_schedule")
+    assert not v.passed and "put request 0 in the step twice" in v.message
+    v = _graded("""
+        class Yes:  # equal to everything
+            def __eq__(self, other):
+                return True
+        def schedule(self, state):
+            return Yes(), Yes()
+    """, "test_schedule")
+    assert not v.passed and "expected a list or an int array" in v.message
 
 
 def test_learner_exceptions_and_stubs_are_reported():
     def stub(*args, **kwargs):
         raise NotImplementedError()
 
-    for check in (ch03.check_kv_bytes_per_token, ch03.check_step_time, ch03.check_schedule, ch03.check_max_chunk,
-                  ch03.check_max_backlog):
-        with pytest.raises(AssertionError, match="raised NotImplementedError: fill in the function first"):
-            check(stub)
-
-    def broken(self, state):
-        return state.nonexistent
-
-    with pytest.raises(AssertionError, match="raised AttributeError: .*nonexistent") as info:
-        ch03.check_schedule(broken)
-    assert "step 0 of the scenario 'the lesson's A/B/C" in str(info.value)
+    got = failing({**solution(), **{name: stub for name in EXERCISES}})
+    assert set(got) == {f"test_{name}" for name in EXERCISES}
+    for cell, message in got.items():
+        assert "raised NotImplementedError: fill in the function first" in message, cell
+    v = _graded("def schedule(self, state):\n    return state.nonexistent\n", "test_schedule")
+    assert "raised AttributeError" in v.message and "nonexistent" in v.message
+    assert "schedule() at step 0 of 'the lesson's A/B/C" in v.message
+    v = _graded("def kv_bytes_per_token(model):\n    return model.kv_bytes_per_token\n", "test_kv_bytes_per_token")
+    assert "kv_bytes_per_token is what you are computing" in v.message
 
 
-def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = NB.solution_namespace()
-    answers = [ns[f"drill_{k}"] for k in range(1, 6)]
-    assert answers == [expected() for _, expected, _ in ch03.DRILLS.values()]
-    assert answers[0] == 23 and answers[4] == ch03.q4_plan()["limit"]
-    ch03.check_drills(dict(zip(ch03.DRILLS, answers)))
-    plan = ch03.q4_plan()
-    steps = math.floor(1.0 / plan["step_s"])
-    with pytest.raises(AssertionError, match="^Pitfall: the decodes' tokens are not prefill throughput"):
-        ch03.check_drills(answers[:4] + [plan["budget"] * (steps - 1)])
-    with pytest.raises(AssertionError, match="^Pitfall: a new request first waits for the step in flight"):
-        ch03.check_drills(answers[:4] + [plan["chunk"] * steps])
+# ------------------------------------------------------------------------------------------------
+# the drills
+
+
+def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
+    ns = solution()
+    drills = CHAPTER.drills.drills
+    assert [ns[d.name] for d in drills] == pytest.approx([d.expected() for d in drills], rel=1e-12)
+    assert ns["drill_1"] == 23 and ns["drill_5"] == table.q4_plan()["limit"]
+    assert [d.rel_tol for d in drills] == [0.0, 0.05, 0.03, 0.05, 0.02]
+
+    def drills_message(**answers):
+        return grade({**ns, **answers}, cells=["test_drills"])["test_drills"]
+
+    plan = table.q4_plan()
+    assert drills_message(drill_5=plan["budget"] * (plan["steps"] - 1)).message.startswith(
+        "Pitfall: the decodes' tokens are not prefill throughput")
+    assert drills_message(drill_5=plan["chunk"] * plan["steps"]).message.startswith(
+        "Pitfall: a new request first waits for the step in flight")
     no_prefix = costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384, decode_context_lens=[2048] * 64)
-    with pytest.raises(AssertionError, match="^Pitfall: the chunk bound ignored the prefix"):
-        ch03.check_drills(answers[:2] + [no_prefix] + answers[3:])
-    with pytest.raises(AssertionError, match="largest B with step_time"):
-        ch03.check_drills([32] + answers[1:])
-    with pytest.raises(AssertionError, match="drill_3 is not defined"):
-        ch03.check_drills({"drill_1": 23, "drill_2": 0.8})
-    with pytest.raises(AssertionError, match="drill_2 is True"):
-        ch03.check_drills([23, True, *answers[2:]])
-    # within tolerance is accepted
-    ch03.check_drills([answers[0], answers[1] * 1.04, answers[2] * 0.98, answers[3] * 1.04, answers[4] * 1.01])
+    assert drills_message(drill_3=no_prefix * 1.01).message.startswith(
+        "Pitfall: each chunk of a long prompt attends to the prompt before it")
+    assert "largest B with step_time" in drills_message(drill_1=32).message
+    assert "drill_3 is not defined" in grade({k: v for k, v in ns.items() if k != "drill_3"},
+                                             cells=["test_drills"])["test_drills"].message
+    assert "drill_2 is True" in drills_message(drill_2=True).message
+    assert drills_message(drill_2=ns["drill_2"] * 1.04, drill_3=ns["drill_3"] * 0.98, drill_4=ns["drill_4"] * 1.04,
+                          drill_5=ns["drill_5"] * 1.01).passed
 
 
 def test_drill_derivations_agree_with_the_simulator():
-    """Each drill's step-model answer is what the simulator measures on the question's workload (the notebook
-    runs the same workloads; this pins the agreement)."""
-    # Q2: ten 256-token prompts behind a 32K one, FCFS
+    """Each drill's step-model answer is what the simulator measures on the question's workload."""
     reqs = Requests(np.array([0.0] + [0.001] * 10), np.array([32768] + [256] * 10), np.array([64] * 11))
     res = simulate(reqs, MixedBudget(max_num_batched_tokens=2048), LLAMA31_8B, H100_SXM)
-    assert res.ttft[1:].mean() == pytest.approx(ch03.q2_short_ttft_s(), rel=0.02)
-    # Q3 without background load: the last chunk's step and the whole prefill
+    assert res.ttft[1:].mean() == pytest.approx(table.q2_short_ttft_s(), rel=0.02)
     res = simulate(Requests([0.0], [131072], [2]), MixedBudget(max_num_batched_tokens=16384), LLAMA31_8B, H100_SXM)
     assert res.step_duration_s[:8].max() == pytest.approx(
         costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384, prefill_context=131072 - 16384), rel=1e-9)
-    assert res.ttft[0] == pytest.approx(ch03.q3_lockout_s(), rel=1e-9)
-    # Q1: the largest batch within 12 ms is the simulator's too
+    assert res.ttft[0] == pytest.approx(table.q3_lockout_s(), rel=1e-9)
     for B, meets in ((23, True), (24, False)):
         res = simulate(Requests(np.zeros(B), np.full(B, 1024), np.full(B, 2048)),
                        MixedBudget(max_num_batched_tokens=65536, max_num_seqs=B), LLAMA2_7B, H100_SXM)
         assert bool(np.nanmax(res.tpot) <= 0.012) == meets
 
 
-def test_checks_do_not_rely_on_assert_statements():
-    """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = NB.known_wrong("backlog_counts_decodes").REPLACE["max_backlog"]
-    out = caught_under_python_O("ch03", "check_max_backlog", "max_backlog", NB.source("max_backlog"), wrong,
-                                imports={"math": "import math"})
-    assert "caught: Pitfall: the decodes' tokens are not prefill throughput" in out
+# ------------------------------------------------------------------------------------------------
+# the grading library: the references blocked, what stays, and the cells that run against it
+
+
+def test_each_run_draws_its_own_random_cases():
+    for name in ("test_schedule", "test_max_backlog"):
+        ex = CHAPTER.cells[name]
+        first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+        fixed = len(ex.fixed())
+        assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+        assert verdicts.cases(ex, 1) == first
+
+
+def test_the_library_alone_does_not_pass_an_exercise():
+    base = solution()
+    passes_prefixes_as_one = {**base, "step_time": lambda model, gpu, chunks=(), decodes=(), overhead_s=0.5e-3:
+                              costmodel.step_time(model, gpu, [c for c, _ in chunks], decodes,
+                                                  chunks[0][1] if chunks else 0, overhead_s)}
+    passes_through = {**base, "step_time": lambda model, gpu, chunks=(), decodes=(), overhead_s=0.5e-3:
+                      costmodel.step_time(model, gpu, chunks, decodes, overhead_s=overhead_s)}
+    chapter_two = {**base, "schedule": simulator.PrefillFirst.schedule}
+    for ns, cell in ((passes_prefixes_as_one, "test_step_time"), (passes_through, "test_step_time"),
+                     (chapter_two, "test_schedule")):
+        assert cell in failing(ns, cells=[cell]), cell
+
+
+def test_the_probe_answers_schedule_with_plain_data():
+    req = verdicts.request(CHAPTER, "test_schedule", 5)
+    assert req["calls"][0]["driver"] == "servelab_autograder.ch03:drive_schedule"
+    policy, state = plain.decode(req["calls"][0]["cases"][0])
+    assert policy == {"max_num_batched_tokens": 8, "max_num_seqs": 8} and state["waiting"] == [0, 1, 2]
+    reply = probe.answer({"calls": [{**req["calls"][0], "cases": req["calls"][0]["cases"][:2]}]}, solution())
+    json.dumps(reply)
+    step, after = plain.decode(reply["calls"][0]["results"][1]["ok"])
+    assert ch03.SPECS["schedule"].norm((step, after), (policy, state))[0] == ((0, 1), (1, 3), (2, 3))
+
+
+def test_verdicts_need_no_asserts():
+    script = textwrap.dedent(f"""
+        from servelab_autograder import verdicts
+        from servelab_autograder.checks import ch03 as table
+        P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
+        v = verdicts.grade_namespace(table.CHAPTER, dict(P.namespace("backlog_counts_decodes")), 3, pitfalls=P)
+        print(sorted(c for c, x in v.items() if not x.passed))
+    """)
+    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['test_max_backlog']", out.stdout + out.stderr
+
+
+KERNEL_SIDE = """
+import contextlib, io, json, sys
+sys.path.insert(0, {lib!r})
+import numpy as np
+import servelab
+assert servelab.__file__.startswith({lib!r}), servelab.__file__
+from servelab import costmodel, simulator
+from servelab_autograder import probe
+
+out = {{}}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "ran"
+    except RuntimeError as e:
+        out[name] = str(e)
+state = simulator.ServingState(np.array([3]), np.array([2]), 10)
+state.waiting.append(0)
+attempt("MixedBudget.schedule", lambda: simulator.MixedBudget(8).schedule(state))
+attempt("max_prefill_chunk", lambda: costmodel.max_prefill_chunk(costmodel.LLAMA3_8B, costmodel.H100_SXM, 0.03))
+attempt("max_backlog_tokens", lambda: costmodel.max_backlog_tokens(2048, 48, 0.03, 1.0))
+attempt("step_time", lambda: costmodel.step_time(costmodel.LLAMA3_8B, costmodel.H100_SXM, 512))
+attempt("max_decode_batch", lambda: costmodel.max_decode_batch(costmodel.LLAMA2_7B, costmodel.H100_SXM, 0.012, 2048))
+attempt("PrefillFirst.schedule", lambda: simulator.PrefillFirst(8).schedule(state))
+
+ns = {{"__name__": "__main__"}}
+with contextlib.redirect_stdout(io.StringIO()):
+    for gid, source in json.load(open({cells!r})):
+        exec(compile(source, gid, "exec"), ns)
+replies = {{cell: probe.answer(req, ns) for cell, req in json.load(open({requests!r})).items()}}
+print(json.dumps({{"library": out, "replies": replies}}))
+"""
+
+
+def test_the_cells_that_run_while_grading_pass_against_the_grading_library(tmp_path):
+    """The kernel's side of a grading, with the chapter's references blocked: the cells that are not demos run
+    (setup cells, solution cells), the drivers answer every graded cell, and the verdicts made here all pass."""
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path / "lib", CHAPTER.references)
+    cells = [(c.meta["grade_id"], python_source(c.source)) for c in NB.cells
+             if c.kind == "code" and not is_test(c.meta) and c.meta["grade_id"] not in CHAPTER.demos]
+    assert [g for g, _ in cells] == ["setup_1", "setup_3", "setup_4", *EXERCISES, "drills"]
+    (tmp_path / "cells.json").write_text(json.dumps(cells))
+    (tmp_path / "requests.json").write_text(json.dumps({c: verdicts.request(CHAPTER, c, 7) for c in CHAPTER.cells}))
+    script = KERNEL_SIDE.format(lib=str(lib.parent), cells=str(tmp_path / "cells.json"),
+                                requests=str(tmp_path / "requests.json"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    library = got["library"]
+    for name in ("MixedBudget.schedule", "max_prefill_chunk", "max_backlog_tokens"):
+        assert "not available while grading" in library[name], name
+    assert all(library[name] == "ran" for name in ("step_time", "max_decode_batch", "PrefillFirst.schedule"))
+    for cell, reply in got["replies"].items():
+        v = verdicts.judge(CHAPTER, cell, 7, reply, PITFALLS)
+        assert v.passed, (cell, v.message)
