@@ -1,28 +1,36 @@
-"""Chapter 06's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
+"""Chapter 06 is graded from its table (servelab_autograder/checks/ch06.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-Unit-level and fast: the solution notebook's JSON is parsed and its code cells other than the test cells are
-executed in order into one namespace, as the kernel would (IPython magics dropped, matplotlib on Agg), with a
-known-wrong module's REPLACE sources swapped in for the solution cells they name. Then the notebook's test cells
-(visible asserts and hidden block, which calls the autograder's checks) run on that namespace. nbgrader grades
-the same cells as whole submissions in the slower autograde tests.
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch06_triton_paged_attention/*.diff) still applies to the
+  solution, loses exactly the cells it lists, and names its pitfall on the first line of each; the two mistakes
+  of a maximum that starts at 0 are caught by the cases whose scores are all -1e4 or below, and only there;
+- what a kernel must not do shows in the data its driver hands back: a store outside the output lands in a NaN
+  margin, a read past a sequence's blocks or of another head's partials is recorded, a wild address is dropped
+  and counted, a key read past a sequence's end reaches the output as NaN;
+- the test cells hold no hidden tests (the table is the hidden test); the visible asserts' messages
+  (``_grade.diagnose``) show the case, what came back and what was expected, and name the pitfall on the fixed
+  cases through the pitfall atlas, which is what a fresh build of it gives.
 
-Triton reads a kernel's source from its file (``inspect.getsource``), so every cell is written to a file of
-its own before it is executed, as Jupyter does; without CUDA the kernels run in Triton's interpreter.
+Without CUDA the kernels run in Triton's interpreter (``servelab.kernels`` chooses it before anything is
+decorated). The per-patch proof runs on one seed and grades the cells whose function the patch changes (every
+other cell's function is the solution's own code object, which passes on every seed).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import itertools
+import functools
+import json
+import random
 import re
-import tempfile
+import subprocess
+import sys
 import textwrap
-from pathlib import Path
 
 import matplotlib
+import nbformat
 import pytest
-from grading_harness import Notebook, caught_under_python_O, pitfall_phrase, python_source
+from grading_harness import Notebook, python_source
 
 matplotlib.use("Agg")
 
@@ -30,80 +38,83 @@ import torch  # noqa: E402
 
 import servelab.kernels  # noqa: E402,F401  (the interpreter is chosen before any kernel is decorated)
 from servelab.kernels import exercises as ex  # noqa: E402
-from servelab_autograder import ch06  # noqa: E402
+from servelab.kernels.reference import gather_kv  # noqa: E402
+from servelab_autograder import ch06, known_wrong, plain, probe, release, verdicts  # noqa: E402
+from servelab_autograder import spec as spec_module  # noqa: E402
+from servelab_autograder.checks import ch06 as table  # noqa: E402
+from servelab_autograder.spec import atlas_path  # noqa: E402
 
-# test cell -> how its hidden block's helper is called on the notebook's namespace
-HELPERS = {
-    "test_store_kv_kernel": lambda ns: ch06.check_store_kv_kernel(ns["store_kv_kernel"]),
-    "test_decode_kernel": lambda ns: ch06.check_decode_kernel(ns["decode_kernel"]),
-    "test_merge_kernel": lambda ns: ch06.check_merge_kernel(ns["merge_kernel"]),
-    "test_decode_traffic": lambda ns: ch06.check_decode_traffic(ns["decode_traffic"]),
-    "test_drills": lambda ns: ch06.check_drills([ns["drill_1"], ns["drill_2"], ns["drill_3"], ns["drill_4"]]),
-}
-# the pitfalls the issue requires among this chapter's known-wrong submissions
-REQUIRED = ("the mask is off by one at a block boundary", "softmax without the running maximum",
-            "query heads were paired with the wrong kv head", "the split-kv reduce ignored the partitions' maxima",
-            "a block-table entry past the sequence's blocks was read")
-
-_CELL_FILES = tempfile.TemporaryDirectory(prefix="ch06_cells_")
-_counter = itertools.count()
+ROOT = release.repo_root()
+A = "ch06_triton_paged_attention"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
+KERNELS = ("store_kv_kernel", "decode_kernel", "merge_kernel")
 
 
-# --------------------------------------------------------------------------------------------------------
-# the notebook, cell by cell, each cell from a file of its own
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def _exec(src: str, label: str, ns: dict) -> None:
-    """Execute a cell from a file of its own (a fresh name each time: Triton and linecache read it back)."""
-    path = Path(_CELL_FILES.name) / f"cell_{next(_counter)}_{re.sub(r'[^a-z0-9_]', '_', label)}.py"
-    path.write_text(python_source(src) + "\n")
-    exec(compile(path.read_text(), str(path), "exec"), ns)
+def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
+    cells = CHAPTER.cells if cells is None else cells
+    out = {}
+    for cell in cells:
+        reply = json.loads(json.dumps(probe.answer(verdicts.request(CHAPTER, cell, seed), ns)))
+        out[cell] = verdicts.judge(CHAPTER, cell, seed, reply, PITFALLS)
+    return out
 
 
-class _Notebook(Notebook):
-    """Every cell, test cells included, runs from a file of its own; a test cell's stdout is swallowed too."""
-
-    def exec_cell(self, meta: dict, src: str, ns: dict, replacing: bool) -> None:
-        _exec(src, str(meta.get("grade_id")), ns)
-
-    def exec_test_cell(self, grade_id: str, src: str, ns: dict) -> None:
-        with contextlib.redirect_stdout(io.StringIO()):
-            _exec(src, grade_id, ns)
+def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
 
 
-NB = _Notebook("ch06_triton_paged_attention")
+@functools.cache
+def notebook_namespace() -> dict:
+    """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
+    return NB.namespace()
 
 
-def _kernel_from_source(src: str, name: str, extra: dict | None = None):
-    """A @triton.jit kernel from source text, through a file (Triton reads the source back)."""
-    ns = {"triton": __import__("triton"), "tl": __import__("triton.language", fromlist=["language"]),
-          **(extra or {})}
-    _exec(textwrap.dedent(src), name, ns)
+def _kernel(src: str, name: str):
+    ns = solution()
+    exec(compile(textwrap.dedent(src), f"<{name}>", "exec"), ns)
     return ns[name]
 
 
 # --------------------------------------------------------------------------------------------------------
-# the notebook's shape
+# the notebook and the table
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = set(NB.test_cells())
+    assert set(CHAPTER.cells) == tests
+    assert NB.solution_ids() == [*KERNELS, "decode_traffic", "drills"]
+    assert {g: m["points"] for g, m in NB.test_cells().items()} == {
+        "test_store_kv_kernel": 1, "test_decode_kernel": 4, "test_merge_kernel": 2, "test_decode_traffic": 2,
+        "test_drills": 2}
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
+    import importlib
+
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        assert module.startswith("servelab.kernels.") and callable(getattr(importlib.import_module(module), name)), ref
+
+
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
 def test_notebook_follows_the_authoring_conventions():
     NB.assert_servelab_kernel()
-    solutions = NB.solution_ids()
-    tests = NB.test_cells()
-    assert solutions == ["store_kv_kernel", "decode_kernel", "merge_kernel", "decode_traffic", "drills"]
-    assert set(tests) == set(HELPERS)
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_store_kv_kernel": 1, "test_decode_kernel": 4, "test_merge_kernel": 2, "test_decode_traffic": 2,
-        "test_drills": 2}
     for c, meta, source in NB.conventional_code_cells():
         tags = c.get("metadata", {}).get("tags", [])
         if meta.get("solution"):
             assert tags == (["raises-exception"] if meta["grade_id"] == "drills" else [])
-        elif meta.get("grade"):
-            assert "### BEGIN HIDDEN TESTS" in source and "### END HIDDEN TESTS" in source
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
-            assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        else:
+        elif not meta.get("grade"):
             assert "requires-cuda" not in tags or "bench.main" in source
         if meta.get("grade") or meta.get("solution"):
             assert c.get("outputs") == [], meta["grade_id"]
@@ -112,7 +123,7 @@ def test_notebook_follows_the_authoring_conventions():
 def test_kernel_solution_cells_are_triton_kernels_whose_source_the_interpreter_can_rewrite():
     """Triton's interpreter finds a kernel's body from the last line starting with 'def ' in its source: a
     docstring line starting with 'def ' would break it."""
-    for gid in ("store_kv_kernel", "decode_kernel", "merge_kernel"):
+    for gid in KERNELS:
         src = NB.source(gid)
         assert src.startswith("@triton.jit\ndef " + gid + "(")
         assert sum(line.strip().startswith("def ") for line in src.splitlines()) == 1
@@ -126,19 +137,13 @@ def test_the_first_code_cell_arranges_the_interpreter_before_any_kernel():
 
 
 def test_only_the_gpu_cell_needs_cuda_and_it_is_not_graded():
-    tagged = [(cell.kind, cell.meta) for cell in NB.cells if "requires-cuda" in cell.tags]
-    assert len(tagged) == 1
-    kind, meta = tagged[0]
-    assert kind == "code" and not meta.get("grade") and not meta.get("solution")
+    tagged = [cell.meta for cell in NB.cells if "requires-cuda" in cell.tags]
+    assert len(tagged) == 1 and not tagged[0].get("grade") and not tagged[0].get("solution")
 
 
-def test_saved_outputs_are_deterministic_text_and_png_only():
+def test_saved_outputs_are_deterministic_text_and_the_numbers_the_markdown_quotes():
     for text, _ in NB.saved_outputs():
         assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
-
-
-def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
-    texts = {cell.meta.get("grade_id"): cell.source for cell in NB.cells}
     nb = NB.read()
     outputs = {c["metadata"]["nbgrader"]["grade_id"]: "".join("".join(o.get("text", "")) for o in c["outputs"])
                for c in nb["cells"] if c["cell_type"] == "code"}
@@ -148,42 +153,32 @@ def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
     for quoted in ("224 µs", "1.07 GB", "4.3 GFLOP", "4.3 µs", "7.2 ms", "4 FLOPs per byte", "50x"):
         assert quoted in why, quoted
     assert "recorded results" in outputs["setup_10"] or "no CUDA" in outputs["setup_10"]
-    assert texts["setup_11"].count("bench.RESULTS") == 2
-    recorded = "".join("".join(o["data"]["text/markdown"]) for c in nb["cells"] if c["cell_type"] == "code"
-                       and c["metadata"]["nbgrader"]["grade_id"] == "setup_11" for o in c["outputs"])
-    results = _recorded_results()
-    assert recorded.strip().endswith(results[-200:]), "the saved results are not bench/kernels_results.md's"
-    body = results.replace("# Paged-attention kernels: measured", "", 1).strip()
-    assert recorded.startswith("**Unmeasured.**") == ("unmeasured" in body.splitlines()[0])
-
-
-def _recorded_results() -> str:
-    from servelab.kernels import bench
-
-    return bench.RESULTS.read_text().strip()
 
 
 # --------------------------------------------------------------------------------------------------------
-# the solution passes
+# the solution, the stubs and each known mistake
 
 
-@pytest.mark.parametrize("test_cell", sorted(HELPERS))
-def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](NB.solution_namespace())
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
 
 
-def test_solution_passes_every_test_cell():
-    NB.assert_solution_passes_every_test_cell(HELPERS)
+def test_the_solution_passes_every_visible_test_cell():
+    ns = dict(notebook_namespace())
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
 
 
 def test_the_locked_launchers_match_the_library_launchers():
-    """The hidden checks launch a kernel with servelab.kernels.exercises; the notebook with its locked cells."""
-    ns = NB.solution_namespace()
+    """The drivers launch a kernel with servelab.kernels.exercises; the notebook with its locked cells."""
+    ns = notebook_namespace()
     b = ex.make_paged_batch([5, 1, 21], block_size=4, num_q_heads=8, num_kv_heads=2, head_dim=32, seed=9)
     assert torch.equal(ns["paged_decode"](*b.args), ex.launch_decode(ns["decode_kernel"], *b.args))
     parts = ex.split_kv_partials(*b.args, 3)
     merged = ex.launch_merge(ns["merge_kernel"], *parts, torch.empty_like(b.q))
     assert torch.equal(ns["split_kv_decode"](*b.args, num_splits=3), merged)
+    assert torch.allclose(ch06.stage_one(b, 3)[0], parts[0], atol=1e-5)    # the driver's stage 1, in float64
     key, value = torch.randn(4, 2, 16), torch.randn(4, 2, 16)
     slots = torch.tensor([6, -1, 0, 11], dtype=torch.int32)
     caches = [torch.full((3, 4, 2, 16), float("nan")) for _ in range(4)]
@@ -192,53 +187,118 @@ def test_the_locked_launchers_match_the_library_launchers():
     assert all(torch.equal(a.nan_to_num(7.0), b_.nan_to_num(7.0)) for a, b_ in zip(caches[:2], caches[2:]))
 
 
+def test_the_released_stubs_fail_every_graded_cell():
+    stubs = known_wrong.solution_cells(nbformat.read(release.release_notebook(ROOT, A), as_version=4))
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for gid, source in stubs.items():
+        try:
+            exec(compile(source, gid, "exec"), ns)
+        except NotImplementedError:
+            pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(known_wrong.solution_cells(nbformat.read(release.source_notebook(ROOT, A), as_version=4)))
+    assert patched != PITFALLS.solution
+    # the cells whose functions the patch leaves alone grade the solution's own code, which passes
+    cells = verdicts.changed_cells(CHAPTER, solution(patch.name), solution())
+    got = failing(solution(patch.name), cells=cells)
+    assert sorted(got) == sorted(patch.fails), got
+    for cell, message in got.items():
+        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+        assert patch.says.lower() in message.lower()
+
+
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = next(c.source for c in NB.cells if c.kind == "markdown" and "## Common pitfalls" in c.source)
+    listed = listed.replace("`", "").replace("**", "").lower()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution), "every exercise has a pitfall"
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
+    assert {"decode_max_init_zero", "merge_max_init_zero"} <= {p.name for p in PATCHES}
+
+
+@pytest.mark.parametrize("name, kernel", [("decode_max_init_zero", "decode_kernel"),
+                                          ("merge_max_init_zero", "merge_kernel")])
+def test_a_maximum_that_starts_at_0_is_caught_where_every_score_is_very_negative(name, kernel):
+    spec = ch06.SPECS[kernel]
+    wrong = solution(name)[kernel]
+    caught = []
+    for case in next(e for e in CHAPTER.exercises if e.spec is spec).fixed():
+        msg = spec.judge(tuple(case), spec_module.call(wrong, spec, case))
+        if msg is not None:
+            caught.append(case)
+            assert "NaN or inf in" in msg, msg     # 0 / 0 in every row whose scores all underflow
+    assert caught and all(c[6] == "negative" for c in caught), caught
+    b = ch06.paged_batch(*caught[0][:8])
+    group, head_dim = b.q.shape[1] // b.k_cache.shape[2], b.q.shape[2]
+    for s, n in enumerate(b.seq_lens.tolist()):     # the case is what it says: every score -1e4 or below
+        k = gather_kv(b.k_cache, b.block_tables[s], n).double().repeat_interleave(group, 1)
+        assert float(torch.einsum("hd,nhd->hn", b.q[s].double(), k).max()) / head_dim ** 0.5 <= -1e4
+
+
 # --------------------------------------------------------------------------------------------------------
-# every known-wrong submission fails, with its pitfall's name
+# what a kernel must not do shows in the data
 
 
-def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    assert len(NB.known_wrong_names) >= 5
-    plain_md = re.sub(r"\s+", " ", NB.pitfalls_text())
-    messages = []
-    for name in NB.known_wrong_names:
-        module = NB.known_wrong(name)
-        assert module.__doc__ and module.REPLACE and module.FAILS and module.MESSAGE, name
-        assert set(module.FAILS) <= set(HELPERS), name
-        assert any(text.startswith(module.MESSAGE) for text in ch06.PITFALLS.values()), name
-        phrase = pitfall_phrase(module.MESSAGE)
-        assert phrase in plain_md, f"{name}: '{phrase}' is not in the Common pitfalls list"
-        messages.append(phrase)
-    assert len(set(messages)) == len(messages), "two known-wrong submissions test the same pitfall"
-    assert set(REQUIRED) <= set(messages), set(REQUIRED) - set(messages)
+def _drive(kernel_name: str, kernel, case) -> dict:
+    spec = ch06.SPECS[kernel_name]
+    return spec.norm(spec.run(kernel, list(case)), tuple(case))
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
-    """The test cells themselves: those in FAILS fail and show MESSAGE on their first line (the visible asserts'
-    messages come from the same checks as the hidden block); the others it can affect pass."""
-    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name, HELPERS)
+def test_reads_the_kernel_throws_away_are_recorded_and_stores_outside_land_in_the_margins():
+    case = table.DECODE[0]
+    right = _drive("decode_kernel", solution()["decode_kernel"], case)
+    assert right["outside"] == [0, 0] and right["reads"] == [] and right["stray"] == 0
+    past = _drive("decode_kernel", solution("decode_table_past_end")["decode_kernel"], case)
+    assert torch.equal(torch.from_numpy(past["out"]), torch.from_numpy(right["out"])), "its output is exact"
+    assert [0, 1] in past["reads"] and past["stray"] > 0    # the last row's read past the table is dropped
+    padded = _drive("decode_kernel", solution("decode_padded_rows_stored")["decode_kernel"], case)
+    assert padded["outside"] == [0, 16 - 4] and not ch06._wrong_rows(padded["out"], right["out"], 1e-4).any()
+    merge_case = ([40, 5, 1], 4, 8, 2, 16, "float32", "normal", 4, 3)
+    lanes = _drive("merge_kernel", solution("merge_unmasked_lanes")["merge_kernel"], merge_case)
+    assert [0, 0, 3] in lanes["reads"] and lanes["stray"] > 0
+    store_case = ([5, -1, 0], 4, 3, 1, 16, "float32", 0)
+    minus_one = _drive("store_kv_kernel", solution("store_minus_one")["store_kv_kernel"], store_case)
+    assert [-1, 3, 0, 1] in minus_one["k_cache"], "token 1 is in the slot just before the cache"
 
 
-def test_dependencies_between_cells_are_what_the_chapter_says():
-    assert NB.affected_tests({"store_kv_kernel"}) == ["test_store_kv_kernel"]
-    assert NB.affected_tests({"decode_kernel"}) == ["test_decode_kernel"]
-    assert NB.affected_tests({"merge_kernel"}) == ["test_merge_kernel"]
-    assert NB.affected_tests({"decode_traffic"}) == ["test_decode_traffic"]
-    assert NB.affected_tests({"drills"}) == ["test_drills"]
+def test_a_key_read_past_the_end_reaches_the_output_as_nan():
+    got = _drive("decode_kernel", solution("decode_unmasked_kv")["decode_kernel"], table.DECODE[0])
+    assert not torch.isfinite(torch.from_numpy(got["out"])).all()
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks refuse the library, trace what a kernel touches, and explain
+def test_a_wild_pointer_is_dropped_and_counted_not_followed():
+    wild = _kernel('''
+        @triton.jit
+        def store_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
+                            stride_token, stride_head, stride_block, stride_slot, stride_kv_head,
+                            BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
+            d = tl.arange(0, HEAD_DIM)
+            if tl.load(slot_mapping_ptr + tl.program_id(0)) >= 0:
+                tl.store(k_cache_ptr + (1 << 40) + d, tl.load(key_ptr + (1 << 40) + d))
+    ''', "store_kv_kernel")
+    v = grade({**solution(), "store_kv_kernel": wild}, cells=["test_store_kv_kernel"])["test_store_kv_kernel"]
+    assert not v.passed and "outside every tensor (dropped)" in v.message, v.message
 
 
-def test_library_kernels_plain_functions_and_the_reference_formula_are_refused():
+def test_library_kernels_plain_functions_and_borrowed_loops_are_refused():
     from servelab.kernels.decode import paged_decode_kernel
 
-    with pytest.raises(AssertionError, match="a kernel of the library"):
-        ch06.check_decode_kernel(paged_decode_kernel)
-    with pytest.raises(AssertionError, match="not a @triton.jit kernel"):
-        ch06.check_merge_kernel(lambda *a: None)
-    borrowed = _kernel_from_source('''
+    def decode_kernel(*args):
+        return None
+
+    borrowed = _kernel('''
         @triton.jit
         def decode_kernel(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, scale,
                           stride_q_seq, stride_q_head, stride_table, stride_block, stride_slot, stride_kv_head,
@@ -246,88 +306,144 @@ def test_library_kernels_plain_functions_and_the_reference_formula_are_refused()
                           BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):
             attend_tiles(0, 0, 0, 0, 0, k_cache_ptr, v_cache_ptr, block_tables_ptr, 0, 0, 0, scale, 0, 0, 0, 0, 0, 0,
                          0, 0, BLOCK_SIZE, TILE, False, False, "ieee", 1)
-    ''', "decode_kernel", {"attend_tiles": None})
-    with pytest.raises(AssertionError, match="uses attend_tiles from servelab.kernels"):
-        ch06.check_decode_kernel(borrowed)
-    with pytest.raises(AssertionError, match="exercises.decode_traffic itself"):
-        ch06.check_decode_traffic(ex.decode_traffic)
-
-    def via_reference(*args):
-        return ex.decode_traffic(*args)
-
-    with pytest.raises(AssertionError, match="calls servelab.kernels.exercises.decode_traffic"):
-        ch06.check_decode_traffic(via_reference)
+    ''', "decode_kernel")
+    for kernel, says in [(paged_decode_kernel, "a kernel of the library: write your own"),
+                         (decode_kernel, "not a @triton.jit kernel"),
+                         (borrowed, "calls attend_tiles from servelab.kernels: write the loop yourself")]:
+        v = grade({**solution(), "decode_kernel": kernel}, cells=["test_decode_kernel"])["test_decode_kernel"]
+        assert not v.passed and "raised TypeError" in v.message and says in v.message, v.message
 
 
-def test_stubs_and_learner_errors_are_reported_in_their_terms():
-    stub = _kernel_from_source('''
-        @triton.jit
-        def merge_kernel(out_ptr, part_out_ptr, part_max_ptr, part_sum_ptr, stride_out_seq, stride_out_head,
-                         NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-            """The release's stub."""
-            raise NotImplementedError()
-    ''', "merge_kernel")
-    with pytest.raises(AssertionError, match="raised NotImplementedError: fill in the function first"):
-        ch06.check_merge_kernel(stub)
-    assert ch06.diagnose("merge_kernel", stub).startswith("merge_kernel, launched on grid (num_seqs, num_q_heads) "
-                                                          "raised NotImplementedError")
-    with pytest.raises(AssertionError, match=r"expected a pair \(bytes, flops\)"):
-        ch06.check_decode_traffic(lambda *args: {"bytes": 1, "flops": 2})
+def test_learner_results_are_read_not_trusted():
+    ns = {**solution(), "decode_traffic": lambda *args: {"bytes": 1, "flops": 2}}
+    assert "expected a pair (bytes, flops)" in failing(ns, cells=["test_decode_traffic"])["test_decode_traffic"]
+    ns = {**solution(), "decode_traffic": lambda *args: (1.5, 2)}
+    assert "expected a whole number of bytes" in failing(ns, cells=["test_decode_traffic"])["test_decode_traffic"]
+    ns = {**solution(), "drill_4": "memory-bound"}
+    assert "expected a number" in failing(ns, cells=["test_drills"])["test_drills"]
 
 
-def test_a_wild_pointer_is_dropped_and_reported_not_followed():
-    """A store far outside every tensor would corrupt memory or crash the interpreter: the trace drops it."""
-    wild = _kernel_from_source('''
-        @triton.jit
-        def store_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
-                            stride_token, stride_head, stride_block, stride_slot, stride_kv_head,
-                            BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
-            d = tl.arange(0, HEAD_DIM)
-            if tl.load(slot_mapping_ptr + tl.program_id(0)) >= 0:
-                x = tl.load(key_ptr + (1 << 40) + d)
-                tl.store(k_cache_ptr + (1 << 40) + d, x)
-    ''', "store_kv_kernel")
-    with pytest.raises(AssertionError, match="outside every tensor argument"):
-        ch06.check_store_kv_kernel(wild)
+# --------------------------------------------------------------------------------------------------------
+# messages
 
 
-def test_a_kernel_that_reads_past_the_end_fails_even_when_its_output_is_right():
-    """decode_table_past_end's output is exact (its K/V loads are masked), yet the trace sees the reads."""
-    module = NB.known_wrong("decode_table_past_end")
-    kernel = _kernel_from_source(module.REPLACE["decode_kernel"], "decode_kernel")
-    b = ex.make_paged_batch([4, 1, 21], block_size=4, num_q_heads=8, num_kv_heads=2, head_dim=32)
-    assert torch.allclose(ex.launch_decode(kernel, *b.args).double(), ch06.ref_paged_decode(*b.args), atol=1e-5)
-    with pytest.raises(AssertionError, match="read entry 1 of sequence 0's block-table row"):
-        ch06.check_decode_kernel(kernel)
+def test_messages_show_input_got_and_expected():
+    text = failing(solution("store_minus_one"), cells=["test_store_kv_kernel"])["test_store_kv_kernel"]
+    assert "store_kv_kernel on slot_mapping [5, -1, 0] (a cache of 3 blocks x 4 slots" in text
+    assert "returned caches holding row 3 of the margin before the cache <- token 1" in text
+    assert text.endswith("expected caches holding block 0 row 0 <- token 2, block 1 row 1 <- token 0.")
+    text = failing(solution("decode_no_scale"), cells=["test_decode_kernel"])["test_decode_kernel"]
+    assert "decode_kernel on seq_lens [4, 1, 21], block size 4, 8 query / 2 KV heads (GROUP 4), head_dim 32" in text
+    assert re.search(r"First wrong row: out\[0, 0\] .* is \[-?\d.*\], the float64 reference \[-?\d.*\] \(error", text)
+    text = failing(solution("traffic_one_product"), cells=["test_decode_traffic"])["test_decode_traffic"]
+    assert "returned (10,240 bytes, 8,192 FLOPs); expected (10,240 bytes, 16,384 FLOPs)" in text
+    text = failing(solution("drills_roofline_sum"), cells=["test_drills"])["test_drills"]
+    assert "drill_3 = 212.916, but the time of that step on an H200 at the roofline" in text
 
 
-def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = NB.solution_namespace()
-    answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"], ns["drill_4"]]
-    expected = [q[1]() for q in ch06.DRILLS.values()]
-    assert answers == pytest.approx(expected, rel=1e-9)
-    nbytes, flops = ex.decode_traffic([10_000] * 24, 64, 8, 128, 2)
-    with pytest.raises(AssertionError, match="K/V bytes were counted per query head"):
-        ch06.check_drills([ex.decode_traffic([10_000] * 24, 64, 64, 128, 2)[0], *answers[1:]])
-    with pytest.raises(AssertionError, match="bytes per FLOP"):
-        ch06.check_drills([answers[0], nbytes / flops, *answers[2:]])
-    with pytest.raises(AssertionError, match="That is the compute time"):
-        ch06.check_drills([*answers[:2], flops / 989e12 * 1e6, answers[3]])
-    with pytest.raises(AssertionError, match="not their sum"):
-        ch06.check_drills([*answers[:2], (nbytes / 4.8e12 + flops / 989e12) * 1e6, answers[3]])
-    with pytest.raises(AssertionError, match="must be a number|expected a number"):
-        ch06.check_drills([*answers[:3], "memory-bound"])
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    case = table.DECODE[0]
+    for name in ("decode_no_scale", "decode_padded_rows_stored", "decode_table_past_end"):
+        text = ch06.diagnose(solution(name)["decode_kernel"], *case)
+        assert text.splitlines()[0] == next(p.message for p in PATCHES if p.name == name), text
+    assert ch06.diagnose(solution()["decode_kernel"], *case).endswith("is correct on this input")
+    lanes = ch06.diagnose(solution("merge_unmasked_lanes")["merge_kernel"], [40, 5, 1], 4, 8, 2, 16, "float32",
+                          "normal", 4, 3)
+    assert lanes.startswith("Pitfall: the padded split lanes were loaded")
+    with pytest.raises(AssertionError, match="Pitfall: the padded rows were stored"):
+        ch06.run_decode(solution("decode_padded_rows_stored")["decode_kernel"], *case)
+    text = ch06.diagnose(solution("traffic_kv_per_query_head")["decode_traffic"], [10, 6], 4, 2, 64, 2)
+    assert text.startswith("Pitfall: K/V bytes were counted per query head")
 
 
-def test_checks_write_nothing_to_stderr(capfd):
-    ns = NB.wrong_namespace("decode_no_running_max")
-    with pytest.raises(AssertionError):
-        ch06.check_decode_kernel(ns["decode_kernel"])
-    assert capfd.readouterr().err == ""
+def test_the_atlas_is_what_the_patches_give():
+    text = atlas_path(A).read_text(encoding="utf-8")
+    assert text == verdicts.atlas_text(CHAPTER, ROOT), "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+    assert len(text) < 64_000, "the atlas keeps two elements of every output row, not the outputs"
 
 
-def test_checks_do_not_rely_on_assert_statements():
-    """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = NB.known_wrong("traffic_one_product").REPLACE["decode_traffic"]
-    out = caught_under_python_O("ch06", "check_decode_traffic", "decode_traffic", NB.source("decode_traffic"), wrong)
-    assert "caught: Pitfall: the FLOPs count two products" in out
+def test_each_run_draws_its_own_random_cases():
+    for cell in ("test_decode_kernel", "test_merge_kernel", "test_store_kv_kernel"):
+        ex_ = CHAPTER.cells[cell]
+        first, second = verdicts.cases(ex_, 1), verdicts.cases(ex_, 2)
+        fixed = len(ex_.fixed())
+        assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+
+
+def test_probe_answers_are_plain_data_only():
+    req = verdicts.request(CHAPTER, "test_decode_kernel", random.Random(6).randrange(10**6))
+    assert [(c["name"], c["driver"]) for c in req["calls"]] == [("decode_kernel", "servelab_autograder.ch06:"
+                                                                                   "drive_decode")]
+    req["calls"][0]["cases"] = req["calls"][0]["cases"][:1]
+    first = probe.answer(req, solution())["calls"][0]["results"][0]
+    assert "ok" in first and set(first) <= {"ok", "after"}
+    got = plain.decode(json.loads(json.dumps(first["ok"])))
+    assert set(got) == {"out", "reads", "stray"} and got["out"].shape == (2 * ch06.MARGIN + 3 * 8, 32)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the grading sandbox's library
+
+
+def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_still_run(tmp_path):
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path / "lib", CHAPTER.references)
+    cell = tmp_path / "cells.py"
+    cell.write_text("import triton\nimport triton.language as tl\n\n\n" + PITFALLS.solution["decode_kernel"] + "\n")
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(lib.parent)!r})
+        sys.path.insert(0, {str(tmp_path)!r})
+        import json
+        import servelab.kernels as K
+        from servelab.kernels import exercises as ex, reference
+        from servelab_autograder import ch06
+        import cells
+        out = {{"interpreted": K.INTERPRETED}}
+        b = ex.make_paged_batch([5, 1], block_size=4, num_q_heads=2, num_kv_heads=1, head_dim=16)
+        for name, call in [("ref_paged_decode", lambda: reference.ref_paged_decode(*b.args)),
+                           ("paged_decode", lambda: K.paged_decode(*b.args)),
+                           ("decode_traffic", lambda: ex.decode_traffic([1], 1, 1, 16, 2)),
+                           ("ref_merge", lambda: ex.ref_merge(*ch06.stage_one(b, 2))),
+                           ("attend_tiles", lambda: ex.split_kv_partials(*b.args, 2))]:
+            try:
+                call()
+                out[name] = "ran"
+            except Exception as e:
+                out[name] = str(e)
+        got = ch06.drive_decode(cells.decode_kernel, [4, 1, 21], 4, 8, 2, 32, "float32", "normal", 0)
+        out["driver"] = [list(got["out"].shape), got["reads"], got["stray"]]
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["interpreted"] is True
+    assert got["ref_paged_decode"] == ("servelab.kernels.reference.ref_paged_decode is not available while "
+                                       "grading: the grader compares your code with it")
+    for name in ("paged_decode", "decode_traffic", "ref_merge"):
+        assert "not available while grading" in got[name], (name, got[name])
+    assert "attend_tiles" in got["attend_tiles"] and got["attend_tiles"] != "ran"   # stage 1 only outside grading
+    assert got["driver"] == [[2 * ch06.MARGIN + 24, 32], [], 0]
+
+
+def test_verdicts_need_no_asserts():
+    script = textwrap.dedent(f"""
+        import json
+        from servelab_autograder import probe, verdicts
+        from servelab_autograder.checks import ch06 as table
+        P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
+        for name in (None, "traffic_one_product"):
+            ns = dict(P.namespace(name))
+            req = verdicts.request(table.CHAPTER, "test_decode_traffic", 3)
+            reply = json.loads(json.dumps(probe.answer(req, ns)))
+            v = verdicts.judge(table.CHAPTER, "test_decode_traffic", 3, reply, P)
+            print(v.passed, v.message.splitlines()[0])
+    """)
+    out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("True") and lines[1] == "False Pitfall: the FLOPs count two products: q.k and p.v " \
+                                                       "are head_dim multiply-adds each per key and query head, 4 x " \
+                                                       "num_q_heads x head_dim FLOPs per key."
