@@ -1,70 +1,76 @@
-"""Chapter 04's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
+"""Chapter 04 is graded from its table (servelab_autograder/checks/ch04.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg);
-nbgrader grades the same cells as whole submissions in the slower autograde tests.
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch04_radix_cache/*.diff) still applies to the solution, loses
+  exactly the cells it lists, and names its pitfall on the first line of each;
+- the methods are driven on tree states taken from the reference's runs; the calls match_prefix, insert and
+  _split_node make of the other exercises are answered from the reference run's replay, and a method that makes
+  other calls is told so; with the chapter's references removed from the library (as in the sandbox), the
+  drivers still run a learner's code and its answers still pass;
+- the visible asserts' messages name the call, the tree and the pitfall (through the atlas, which is fresh).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import textwrap
 
-import matplotlib
+import nbformat
 import pytest
-from grading_harness import Notebook, caught_under_python_O
+from grading_harness import Notebook, python_source
 
-matplotlib.use("Agg")
+from servelab.radix_cache import RadixCache
+from servelab_autograder import ch04, known_wrong, plain, release, verdicts
+from servelab_autograder.checks import ch04 as table
+from servelab_autograder.spec import atlas_path, call
 
-from servelab.radix_cache import RadixCache  # noqa: E402
-from servelab_autograder import ch04  # noqa: E402
-
-NB = Notebook("ch04_radix_cache")
-
-# test cell -> how its hidden block's helper is called on the notebook's namespace
-HELPERS = {
-    "test_child_key": lambda ns: ch04.check_child_key(ns["child_key"]),
-    "test_match_len": lambda ns: ch04.check_match_len(ns["_match_len"]),
-    "test_split_node": lambda ns: ch04.check_split_node(ns["_split_node"]),
-    "test_match_prefix": lambda ns: ch04.check_match_prefix(ns["match_prefix"]),
-    "test_insert": lambda ns: ch04.check_insert(ns["insert"]),
-    "test_radix_cache": lambda ns: ch04.check_radix_cache(ns["RadixCache"]),
-    "test_drills": lambda ns: ch04.check_drills([ns["drill_1"], ns["drill_2"], ns["drill_3"]]),
-}
-# the pitfalls the issue requires among this chapter's known-wrong submissions
-REQUIRED = ("no split when a match ends mid-edge", "lock_ref not copied on a split", "sizes double-counted",
-            "page-size keys compared by first token only")
+ROOT = release.repo_root()
+A = "ch04_radix_cache"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the notebook's shape
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def test_notebook_follows_the_authoring_conventions():
-    NB.assert_servelab_kernel()
-    solutions = NB.solution_ids()
+def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
+    return verdicts.grade_namespace(CHAPTER, ns, seed, pitfalls=PITFALLS, cells=cells)
+
+
+def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
+
+
+# ------------------------------------------------------------------------------------------------
+# the notebook and the table
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
     tests = NB.test_cells()
-    assert solutions == ["child_key", "match_len", "split_node", "match_prefix", "insert", "drills"]
-    assert set(tests) == set(HELPERS)
+    assert set(CHAPTER.cells) == set(tests)
+    assert NB.solution_ids() == ["child_key", "match_len", "split_node", "match_prefix", "insert", "drills"]
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_child_key": 1, "test_match_len": 1, "test_split_node": 2, "test_match_prefix": 3, "test_insert": 3,
         "test_radix_cache": 2, "test_drills": 3}
-    for c, meta, source in NB.conventional_code_cells():
-        if meta.get("solution"):
-            assert c["metadata"].get("tags", []) == (["raises-exception"] if meta["grade_id"] == "drills" else [])
-        elif meta.get("grade"):
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
-            assert "### END HIDDEN TESTS" in hidden
-            assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        if meta.get("grade") or meta.get("solution"):
-            assert c.get("outputs") == [], meta["grade_id"]
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        cls, method = name.split(".")
+        assert module == "servelab.radix_cache" and cls == "RadixCache" and callable(getattr(RadixCache, method))
 
 
-def test_saved_outputs_are_deterministic_text_and_png_only():
-    pngs = 0
-    for text, png in NB.saved_outputs():
-        pngs += png
-        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
-    assert pngs >= 1
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
 def test_the_lesson_figures_are_in_the_saved_outputs():
@@ -72,139 +78,185 @@ def test_the_lesson_figures_are_in_the_saved_outputs():
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
     assert "198,000 from the cache" in text and "177,408 from the cache" in text
     assert "KV of one copy of the 2000-token prompt: 1,000 MiB" in text
+    assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
 
 
-# --------------------------------------------------------------------------------------------------------
-# the solution passes
+# ------------------------------------------------------------------------------------------------
+# the solution passes, the stubs fail, every patch loses exactly its cells
 
 
-@pytest.mark.parametrize("test_cell", sorted(HELPERS))
-def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](NB.solution_namespace())
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
 
 
-def test_solution_passes_every_test_cell():
-    NB.assert_solution_passes_every_test_cell(HELPERS)
+def test_the_solution_passes_every_visible_test_cell():
+    ns = NB.namespace()
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
 
 
-# --------------------------------------------------------------------------------------------------------
-# every known-wrong submission fails, with its pitfall's name
+def test_the_released_stubs_fail_every_graded_cell():
+    nb = nbformat.read(release.release_notebook(ROOT, A), as_version=4)
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in known_wrong.solution_cells(nb) or gid in CHAPTER.setup:
+            try:
+                exec(cell.source, ns)
+            except NotImplementedError:
+                pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
 
 
-def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    NB.assert_a_known_wrong_per_pitfall(HELPERS, ch04.PITFALLS, at_least=5, required=REQUIRED)
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(PITFALLS.solution)
+    assert patched != PITFALLS.solution
+    ns = solution(patch.name)
+    # a cell whose functions the patch leaves as they are grades as the solution does (proved above)
+    changed = verdicts.changed_cells(CHAPTER, ns, solution())
+    assert set(patch.fails) <= set(changed)
+    got = failing(ns, cells=changed)
+    assert sorted(got) == sorted(patch.fails), got
+    for cell, message in got.items():
+        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+        assert patch.says.lower() in message.lower()
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_fails_its_checks_with_its_message(name):
-    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = NB.pitfalls_text()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution) - {"drills"}
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
-    """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
+# ------------------------------------------------------------------------------------------------
+# the messages
 
 
-def test_dependencies_between_cells_are_what_the_chapter_says():
-    for grade_id, test in [("child_key", "test_child_key"), ("match_len", "test_match_len"),
-                           ("split_node", "test_split_node"), ("match_prefix", "test_match_prefix"),
-                           ("insert", "test_insert")]:
-        assert NB.affected_tests({grade_id}) == [test, "test_radix_cache"]
-    assert NB.affected_tests({"drills"}) == ["test_drills"]
+def test_a_method_message_names_the_call_the_tree_and_the_difference():
+    text = failing(solution("split_no_lock_copy"), cells=["test_split_node"])["test_split_node"]
+    lines = text.splitlines()
+    assert lines[0].startswith("Pitfall: lock_ref not copied on a split")
+    assert lines[1].startswith("_split_node(the node [1, 2, 3, 4], split_len=2) at operation 2 of 'a locked "
+                               "handle whose edge is split' (page_size 1), inside match_prefix([1, 2, 9])")
+    assert "returned a new node ending at [1, 2]; child now ends at [1, 2, 3, 4]; expected a new node" in lines[1]
+    assert "First difference: the node ending at [1, 2] has lock_ref 0; the reference's has 1" in text
+    assert "The tree before the call:\n    root r=1 t=4\n      [1, 2, 3, 4] kv=[10, 11, 12, 13] r=1 t=4" in text
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks: the replay itself, the reference refused, learner errors, drills
+def test_a_wrong_call_of_another_exercise_is_shown_against_the_references_call():
+    text = failing(solution("match_not_touched"), cells=["test_match_prefix"])["test_match_prefix"]
+    assert "[7, 7] < [1, 2] = [3, 4] < [9] < [5, 6]; the reference's [7, 7] < [9] < [1, 2] = [3, 4] = [5, 6]" in text
+    # on a split, the learner's state when it called _split_node against the reference's when it did
+    wrong = solution("match_not_touched")["match_prefix"]
+    spec = ch04.SPECS["match_prefix"]
+    args = next(a for a in ch04.cases_of("match_prefix", ch04.lesson_workloads()) if a[3]["_split_node"])
+    text = spec.judge(args, call(wrong, spec, args))
+    assert "in a state the reference never calls it in" in text
+    assert "First difference: the reference calls _split_node(the node" in text and "when yours called, " in text
 
 
-def test_every_scenario_and_random_sequence_is_reproducible_and_exercises_every_operation():
-    cases = ch04._cases(12)
-    assert cases == ch04._cases(12)
-    kinds = {op.kind for case in cases for op in case.ops}
-    assert kinds == set(ch04._OPS)
-    assert {c.page_size for c in cases} == {1, 2, 4}
-    assert sum(len(c.ops) for c in cases) > 2000
+def test_a_whole_class_message_names_the_operation_and_what_came_before():
+    text = failing(solution("insert_overwrites"), cells=["test_radix_cache"])["test_radix_cache"]
+    assert text.splitlines()[0].startswith("Pitfall: insert overwrote KV that was already cached")
+    assert "differs from the reference at operation 1 of the workload 'a deep match refreshes" in text
+    assert "0  insert([1, 2], [10, 11]) -> returned 0" in text
+    assert "First difference: the node ending at [1, 2] has KV indices [12, 13]; the reference's has [10, 11]" in text
 
 
-def test_random_replays_split_edges_lock_and_evict_a_lot():
-    """The random sequences are hard enough: many splits, locks held across splits, cascading evictions."""
-    match_splits = locked_splits = insert_splits = cascades = 0
-    for case in ch04.random_cases(ch04._RANDOM_SEED, 12, 200):
-        side = ch04.Side(RadixCache, case)
-        for op in case.ops:
-            before = len(side.cache.snapshot())
-            locked_before = sum(v.lock_ref > 0 for v in side.cache.snapshot())
-            side.apply(op)
-            after = side.cache.snapshot()
-            if op.kind in ("match", "lock") and len(after) > before:
-                match_splits += 1
-                locked_splits += sum(v.lock_ref > 0 for v in after) > locked_before   # a locked edge was split
-            if op.kind == "insert" and len(after) > before + 1:
-                insert_splits += 1
-            if op.kind == "evict" and len(side.alloc.freed) >= 2:
-                cascades += 1
-    assert match_splits > 50 and locked_splits > 20 and insert_splits > 40 and cascades > 50
+def test_pure_helpers_say_what_they_returned_and_why_it_must_be_a_tuple():
+    spec = ch04.SPECS["child_key"]
 
-
-def test_the_replay_compares_results_sizes_and_the_tree_after_every_operation():
-    case = ch04._script("demo", 1, [("insert", [1, 2, 3]), ("lock", [1, 2]), ("evict", 10**6)])
-    observed = ch04.replay(case, RadixCache)
-    assert [o.result[0] for o in observed] == ["insert", "match", "evict"]
-    assert observed[1].sizes == (1, 2, 3) and observed[2].sizes == (0, 2, 2)
-    assert observed[2].result[2] == (12,) and observed[2].result[3] == ((12,),)
-    assert [r[:4] for r in observed[1].rows] == [((1, 2), (1, 2), (10, 11), 1), ((1, 2, 3), (3,), (12,), 0)]
-
-
-def test_calling_the_reference_is_refused():
-    with pytest.raises(AssertionError, match="is servelab.radix_cache.RadixCache.match_prefix itself"):
-        ch04.check_match_prefix(RadixCache.match_prefix)
-    ns = {}
-    exec(textwrap.dedent("""
-        import servelab.radix_cache
-        from servelab.radix_cache import RadixCache
-
-        def via_module(self, key, value):
-            return servelab.radix_cache.RadixCache.insert(self, key, value)
-
-        def via_class(self, key):
-            return RadixCache.match_prefix(self, key)
-    """), ns)
-    with pytest.raises(AssertionError, match="your insert calls servelab.radix_cache.RadixCache.insert"):
-        ch04.check_insert(ns["via_module"])
-    with pytest.raises(AssertionError, match="your match_prefix calls servelab.radix_cache.RadixCache.match_prefix"):
-        ch04.check_match_prefix(ns["via_class"])
-
-
-def test_learner_errors_and_stubs_are_reported_in_their_terms():
-    def insert(self, key, value):
-        raise NotImplementedError()
-
-    with pytest.raises(AssertionError, match="raised NotImplementedError: fill in the function first"):
-        ch04.check_insert(insert)
-
-    def match_prefix(self, key):
-        return [], None
-
-    with pytest.raises(AssertionError, match="return the TreeNode where the match ends"):
-        ch04.check_match_prefix(match_prefix)
-
-    def child_key(self, key, offset=0):
+    def as_list(self, key, offset=0):
         return list(key[offset:offset + self.page_size]) if self.page_size > 1 else key[offset]
 
-    with pytest.raises(AssertionError, match="a tuple: a dict key must be hashable"):
-        ch04.check_child_key(child_key)
+    msg = spec.judge((4, [1, 2, 3, 4, 5, 6, 7, 8], 4), call(as_list, spec, (4, [1, 2, 3, 4, 5, 6, 7, 8], 4)))
+    assert msg == ("child_key(key=[1, 2, 3, 4, 5, 6, 7, 8], offset=4) with page_size 4 returned [5, 6, 7, 8]; "
+                   "expected (5, 6, 7, 8). (A tuple: a dict key must be hashable.)")
 
 
-def test_an_endless_loop_is_stopped_and_reported(monkeypatch):
-    monkeypatch.setattr(ch04, "_CASE_SECONDS", 1)
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    for name, exercise in [("match_len_not_rounded", "_match_len"), ("split_new_node_lower", "_split_node"),
+                           ("insert_double_count", "insert")]:
+        fn = solution(name)[exercise]
+        patch = next(p for p in PATCHES if p.name == name)
+        assert ch04.diagnose(exercise, fn).splitlines()[0] == patch.message
+        assert ch04.diagnose(exercise, solution()[exercise]).startswith(f"{exercise} agrees with the reference")
+    text = ch04.diagnose("radix_cache", solution("match_no_split")["RadixCache"])
+    assert text.startswith("Pitfall: no split when a match ends mid-edge")
+    assert ch04.diagnose("radix_cache", solution()["RadixCache"]).startswith("radix_cache agrees")
 
-    def insert(self, key, value):
-        while True:
-            pass
 
-    with pytest.raises(AssertionError, match="did not finish within 1 s: an endless loop"):
-        ch04.check_insert(insert)
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+
+# ------------------------------------------------------------------------------------------------
+# the state, the replay, the drivers
+
+
+def test_a_tree_state_builds_back_to_itself_and_drivers_leave_their_arguments():
+    for name in ("_split_node", "match_prefix", "insert"):
+        for args in ch04.cases_of(name, ch04.lesson_workloads())[:5]:
+            before = json.dumps(plain.encode(list(args)))
+            ch04.SPECS[name].expected(args)
+            assert json.dumps(plain.encode(list(args))) == before, name
+            assert ch04.snapshot(ch04.build(args[1])) == args[1]
+
+
+def test_the_replay_answers_only_the_reference_runs_calls():
+    where, state, key, replay = next(a for a in ch04.cases_of("match_prefix", ch04.lesson_workloads())
+                                     if a[3]["_split_node"])
+
+    def replaying():
+        cache = ch04.build(state)
+        ch04.with_replay(cache, replay)
+        return cache
+
+    cache = replaying()
+    assert cache.child_key(tuple(key)) == key[0]      # asked, as the reference asks
+    with pytest.raises(ch04.Diverged, match=r"child_key\(key=\[99"):
+        cache.child_key((99, 1, 2))                     # a page the reference never looked up
+    cache = replaying()
+    with pytest.raises(ch04.Diverged, match=r"_split_node"):
+        cache._split_node(cache.root_node.children[key[0]], 1)   # not in this state: the reference stamps it first
+    # what a learner might try: split through the replay in a state it was never recorded in
+    entry = next(iter(replay["_split_node"].values()))
+    cache = ch04.build(entry["before"])
+    ch04.with_replay(cache, replay)
+    handle = ch04.node_by_id(cache, entry["child"])
+    handle.lock_ref += 1
+    with pytest.raises(ch04.Diverged):
+        cache._split_node(handle, entry["split_len"])
+    handle.lock_ref -= 1
+    upper = cache._split_node(handle, entry["split_len"])   # the recorded state: answered, the tree as after it
+    assert ch04.snapshot(cache) == entry["after"] and handle.parent is upper and upper is not handle
+
+
+def test_random_workloads_split_lock_and_evict_a_lot():
+    import random
+
+    work = table.random_workloads(random.Random(5), 9, 150)
+    splits = ch04.cases_of("_split_node", work)
+    assert len(splits) > 80
+    assert sum(any(row[ch04.LOCK] > 0 for row in s[1]["nodes"][1:]) for s in splits) > 20   # locked edges split
+    assert sum("inside insert" in s[0] for s in splits) > 30 and sum("inside match" in s[0] for s in splits) > 30
+    kinds = {op[0] for w in work for op in w["ops"]}
+    assert kinds == set(ch04.OPS)
+    evicts = [r for w in work for r in ch04.SPECS["RadixCache"].expected((w["label"], w))["trace"]
+              if r[0][0] == "evict" and len(r[0][3]) >= 2]
+    assert len(evicts) > 50   # evictions that free more than one node
 
 
 def test_a_split_that_leaves_an_empty_edge_is_refused_before_it_loops():
@@ -215,33 +267,77 @@ def test_a_split_that_leaves_an_empty_edge_is_refused_before_it_loops():
         with pytest.raises(ch04.SplitGuard, match="a split must leave tokens on both sides"):
             cache._split_node(child, bad)
     assert cache._split_node(child, 2).key == (1, 2)
-
-    def match_prefix(self, key):       # splits even when the whole edge matched
-        key = tuple(key)
-        child = self.root_node.children.get(self.child_key(key))
-        if child is None:
-            return [], self.root_node
-        node = self._split_node(child, self._match_len(child.key, key, 0))
-        return list(node.value), node
-
-    with pytest.raises(AssertionError, match="split_len=4 on an edge of 4 tokens"):
-        ch04.check_match_prefix(match_prefix)
+    # the first-token child key at page_size 4: the whole class's run ends with the guard, not in a loop
+    ns = solution("child_key_first_token")
+    pages = next(w for w in ch04.lesson_workloads() if w["label"] == "the lesson's pages (page_size 4)")
+    run = ch04.drive_radix_cache(ns["RadixCache"], "", pages)
+    assert any("SplitGuard" in str(step[0]) for step in run["trace"])
 
 
-def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = NB.solution_namespace()
-    answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"]]
-    assert answers == [int(q[1]()) for q in ch04.DRILLS.values()] == [298_500, 750, 232]
-    with pytest.raises(AssertionError, match="only the other 199 skip it"):
-        ch04.check_drills([300_000, answers[1], answers[2]])
-    with pytest.raises(AssertionError, match="That is KiB"):
-        ch04.check_drills([answers[0], 768_000, answers[2]])
-    with pytest.raises(AssertionError, match="whole number"):
-        ch04.check_drills({"drill_1": 1.5, "drill_2": answers[1], "drill_3": answers[2]})
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_match_prefix"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
 
 
-def test_checks_do_not_rely_on_assert_statements():
-    """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = NB.known_wrong("split_no_lock_copy").REPLACE["split_node"]
-    out = caught_under_python_O("ch04", "check_split_node", "_split_node", NB.source("split_node"), wrong)
-    assert "caught: Pitfall: lock_ref not copied on a split" in out
+def test_drills_name_a_wrong_count_and_want_whole_numbers():
+    assert [d.expected() for d in CHAPTER.drills.drills] == [298_500, 750, 232]
+    ns = {**solution(), "drill_1": 300_000}
+    assert "only the other 199 skip it" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_2": 768_000}
+    assert "That is KiB" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_3": 232.0}
+    assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
+    """What the sandbox shows: servelab without this chapter's references. The solution's methods, driven there
+    on the grader's requests, come back with answers the trusted side accepts; the references raise."""
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    cells = [c for c in CHAPTER.cells if c != "test_drills"]
+    requests = {c: verdicts.request(CHAPTER, c, 7) for c in cells}
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    sources = [PITFALLS.solution[g] if g in PITFALLS.solution else PITFALLS.setup[g] for g in PITFALLS.order]
+    (tmp_path / "solution.json").write_text(json.dumps(sources))
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
+        import servelab.radix_cache as r
+        blocked = []
+        for name in ("child_key", "_match_len", "_split_node", "match_prefix", "insert"):
+            try:
+                getattr(r.RadixCache, name)(r.RadixCache(), (1, 2), (3, 4))
+            except RuntimeError as e:
+                blocked.append(str(e))
+        from servelab_autograder import probe
+        ns = {{}}
+        exec({CHAPTER.prelude!r}, ns)
+        for source in json.load(open({str(tmp_path / "solution.json")!r})):
+            exec(source, ns)
+        requests = json.load(open({str(tmp_path / "requests.json")!r}))
+        print(json.dumps({{"blocked": blocked, "replies": {{c: probe.answer(r, ns) for c, r in requests.items()}}}}))
+    """)
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    assert len(out["blocked"]) == 5 and all("not available while grading" in b for b in out["blocked"])
+    for cell in cells:
+        v = verdicts.judge(CHAPTER, cell, 7, out["replies"][cell], PITFALLS)
+        assert v.passed, (cell, v.message)
+
+
+def test_the_reachable_library_alone_does_not_pass():
+    """What stays reachable while chapter 04 grades (the lock, unlock and eviction, the tree's small helpers)
+    does not look up, split or insert: a RadixCache built from it alone fails every method's cell."""
+    ns = solution()
+    exec(textwrap.dedent("""
+        def match_prefix(self, key):
+            return [], self.root_node                    # the reachable route: nothing to walk the tree with
+
+        def insert(self, key, value):
+            return len(self._page_aligned(tuple(key))) and 0
+    """), ns)
+    got = failing(ns, cells=["test_match_prefix", "test_insert"])
+    assert set(got) == {"test_match_prefix", "test_insert"}

@@ -1,617 +1,593 @@
-"""Hidden-test helpers for ``ch04_radix_cache``.
+"""Chapter 04's exercises as the visible tests and the grader both see them: SGLang's radix tree, piece by piece.
 
-The learner writes SGLang's RadixCache piece by piece: ``child_key``, ``_match_len``, ``_split_node``,
-``match_prefix`` and ``insert``. Each is a plain function taking the cache as ``self``; a check attaches it to a
-subclass of the reference (:class:`servelab.radix_cache.RadixCache`), so everything else is the reference's,
-and replays operation sequences on that class and on the reference side by side: insert, match, lock (a
-match then ``inc_lock_ref`` of the node it returned), unlock, evict, reset, and bad input that must raise
-``ValueError``. After every operation it compares what the call returned (lengths, KV indices, the path of
-the returned node, freed indices in order, and what the allocator was handed), the three size counters and
-the whole tree: every node's path, edge tokens, KV indices, ``lock_ref``, membership of ``evictable_leaves``,
-the order of the nodes' last access times (only the order matters, so the clock may tick differently), the
-child keys nodes are stored under and the parent pointers.
+Every exercise is a method of the radix tree, so each is **driven**: a case is the tree's state as plain data
+(:func:`snapshot`), taken from a run of the reference tree (``servelab.radix_cache.RadixCache``) through a
+workload of operations at the moment it calls that method; the driver (``drive_*``) builds a tree in that state
+(:func:`build`), calls the learner's method once and returns what it returned and the state it left, as plain
+data. The grader runs the same driver with the reference and compares the trees by path (:func:`view`: every
+node's path, edge, KV indices, lock_ref, the order of the last access times, membership of evictable_leaves, the
+size counters, and what is broken: parent pointers, child keys, empty edges).
 
-Sequences: one small scenario per named pitfall, then long seeded random ones (page sizes 1, 2 and 4, two or
-three distinct tokens so keys share prefixes and split edges often, empty keys included). The first
-difference is reported in the learner's terms: the scenario, the operations before it, the tree before it,
-both results, and, first, the pitfall that explains it when one does (found by replaying the same operations
-with that mistake built in and getting exactly the learner's results).
+``match_prefix`` and ``insert`` call ``child_key``, ``_match_len`` and ``_split_node``, and ``_split_node``
+calls ``child_key``: other exercises, whose references the grading sandbox does not have. The driver answers
+those calls from a **replay** of the reference run: each call the reference made, keyed by what it depends on
+(the page looked up; the edge and the key's tokens beside it; for a split, the whole tree it was made in), with
+its result and, for a split, the tree it left. A correct method makes the same calls in the same states and gets
+the same answers; a wrong one reaches a state the reference never did and the replay says so (``diverged``).
+Nothing here can look up, split or insert on an input of its own, so nothing here is a reference to copy.
 
-:mod:`servelab_autograder.ch05` reuses this machinery for ``inc_lock_ref``, ``dec_lock_ref`` and ``evict``.
-Failures raise ``AssertionError`` explicitly (the checks also work under ``python -O``). :func:`diagnose`
-returns the message a check would raise, for visible asserts.
+The whole class (the cell that assembles the learner's five functions) is driven through whole workloads
+(:func:`drive_radix_cache`): every operation's result, the sizes and the tree after each, and the lesson's
+100 requests served through it by the RadixScheduler.
+
+:data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The workloads live here (the
+lesson's, one per pitfall) so that a learner's visible check can name a pitfall; the grader adds random ones
+(``servelab_autograder.checks.ch04``), and :mod:`servelab_autograder.ch05` reuses the state, the workloads and
+their recordings for the locks and eviction.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import hashlib
+import json
 import numbers
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from servelab.costmodel import LLAMA2_7B, KiB
 from servelab.radix_cache import RadixCache, TreeNode
-from servelab.scheduler import BlockManager
-from servelab.scheduler import Sequence as NanoSequence
-from servelab_autograder import common
-from servelab_autograder.common import time_limit
+from servelab_autograder import common, plain, spec
+from servelab_autograder.spec import Shape, Spec
 
-__all__ = [
-    "DRILLS",
-    "PITFALLS",
-    "check_child_key",
-    "check_drills",
-    "check_insert",
-    "check_match_len",
-    "check_match_prefix",
-    "check_radix_cache",
-    "check_split_node",
-    "diagnose",
-]
-
-# Every pitfall the chapter names, in the words of its "Common pitfalls" list. Each known-wrong submission
-# in autograder/known_wrong/ch04_radix_cache/ produces one of these messages.
-PITFALLS = {
-    "first_token_key": "Pitfall: page-size keys compared by first token only. With page_size > 1 a child hangs "
-    "under its whole first page (a tuple of page_size tokens); under its first token, keys that share only part "
-    "of a page collide, and the walk splits an edge at 0 tokens or loops for ever.",
-    "not_rounded": "Pitfall: the common length was not rounded down to whole pages. Edges and matches hold whole "
-    "pages only: 3 equal tokens at page_size 2 are one page (2 tokens).",
-    "split_no_lock_copy": "Pitfall: lock_ref not copied on a split. Every lock through the old node also runs "
-    "through its new upper part, and unlocking walks through it: with 0 there it goes to -1 and corrupts the "
-    "size counters.",
-    "split_new_lower": "Pitfall: the new node took the lower part of the split. The new node is the upper part; "
-    "the original node object keeps the lower part, so handles held by running requests still end their prefix.",
-    "match_no_split": "Pitfall: no split when a match ends mid-edge. The returned node must end exactly at the "
-    "matched length, or a lock on it protects tokens that were not matched (and a later split sees them).",
-    "match_no_touch": "Pitfall: the nodes a match walks were not stamped with the call's time. LRU eviction "
-    "reads last_access_time: a match must refresh every node it reaches, the one it splits included.",
-    "insert_overwrites": "Pitfall: insert overwrote KV that was already cached (last writer wins). The first "
-    "writer wins: the tree keeps its indices and the caller frees its own copies of the returned prefix.",
-    "insert_double_count": "Pitfall: sizes double-counted. insert adds only the new leaf's tokens to "
-    "evictable_size_, not the whole key (the prefix that was already cached is counted already).",
-    "insert_no_length_check": "Pitfall: insert accepted a value whose length differs from the key's. It must "
-    "raise ValueError before changing anything: one KV index per token.",
-    "insert_return": "Pitfall: insert must return how many leading tokens were already cached (the prefix the "
-    "caller has to free its own indices for), not how many it added.",
-}
-
+ASSIGNMENT = "ch04_radix_cache"
+MAX_NODES = 5000          # a learner's tree larger than this has a cycle or runs away
+BIG = 10**6               # evict(BIG): everything evictable
 _short = common.short_repr(12, 80)
-
-_RANDOM_SEED = 4040
-_CASE_SECONDS = 10          # a scenario that takes longer is an endless loop (the slowest takes ~0.1 s)
-_TREE_LIMIT = 5000          # nodes; a learner's tree larger than this has a cycle or runs away
 
 
 def _show(tokens, limit: int = 10) -> str:
-    tokens = list(tokens)
+    tokens = list(tokens) if isinstance(tokens, list | tuple) else [tokens]
     head = ", ".join(map(str, tokens[:limit]))
     return f"[{head}{', ...' if len(tokens) > limit else ''}]"
 
 
-# --------------------------------------------------------------------------------------------------------
-# operation sequences
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation. lock: match_prefix(key) then inc_lock_ref(node); unlock: dec_lock_ref of held handle
-    number n (modulo how many are held; nothing when none is); bad_insert: a value one index short;
-    bad_unlock: match_prefix(key) then dec_lock_ref(node) when that node is not the root and holds no lock
-    (must raise ValueError; a plain match otherwise); bad_evict: evict(-n)."""
-    kind: str
-    key: tuple = ()
-    value: tuple = ()
-    n: int = 0
-
-    def text(self) -> str:
-        k = _show(self.key)
-        return {
-            "insert": f"insert({k}, {_show(self.value)})",
-            "match": f"match_prefix({k})",
-            "lock": f"inc_lock_ref(match_prefix({k}) node)",
-            "unlock": f"dec_lock_ref(held node #{self.n})",
-            "evict": f"evict({self.n})",
-            "reset": "reset()",
-            "bad_insert": f"insert({k}, {_show(self.value)})  (one index short: must raise ValueError)",
-            "bad_unlock": f"dec_lock_ref(match_prefix({k}) node)  (no lock on it: must raise ValueError)",
-            "bad_evict": f"evict({-self.n})  (negative: must raise ValueError)",
-        }[self.kind]
-
-
-@dataclass(frozen=True)
-class Case:
-    label: str
-    page_size: int
-    ops: tuple[Op, ...]
-    policy: str = "lru"
-
-
-class _Kv:
-    """Fresh KV indices for each insert, so values show who wrote them."""
-
-    def __init__(self, start: int = 10):
-        self.next = start
-
-    def take(self, n: int) -> tuple:
-        out = tuple(range(self.next, self.next + n))
-        self.next += n
-        return out
-
-
-def _script(label: str, page_size: int, steps, policy: str = "lru") -> Case:
-    """steps: ("insert", key) | ("match", key) | ("lock", key) | ("unlock", n) | ("evict", n) | ("reset",) |
-    ("bad_insert", key) | ("bad_unlock", key) | ("bad_evict", n); insert values are fresh indices."""
-    kv, ops = _Kv(), []
-    for step in steps:
-        kind = step[0]
-        if kind in ("insert", "bad_insert"):
-            key = tuple(step[1])
-            value = kv.take(len(key))
-            ops.append(Op(kind, key, value if kind == "insert" else value[:-1]))
-        elif kind in ("match", "lock", "bad_unlock"):
-            ops.append(Op(kind, tuple(step[1])))
-        elif kind in ("unlock", "evict", "bad_evict"):
-            ops.append(Op(kind, n=step[1]))
-        else:
-            ops.append(Op("reset"))
-    return Case(label, page_size, tuple(ops), policy)
-
-
-_EVICT_SIZES = (0, 1, 2, 3, 5, 8, 10**6)
-_OPS = ("insert", "match", "lock", "unlock", "evict", "reset", "bad_insert", "bad_unlock", "bad_evict")
-
-
-def random_case(seed: int, n_ops: int, page_size: int, weights=(30, 20, 12, 12, 15, 1, 1, 2, 1),
-                label: str | None = None) -> Case:
-    rng = random.Random(seed)
-    alphabet = rng.choice([2, 3])
-    kv, ops = _Kv(), []
-    for _ in range(n_ops):
-        kind = rng.choices(_OPS, weights=weights)[0]
-        key = tuple(rng.randrange(alphabet) for _ in range(rng.randrange(0, 4 * page_size + 3)))
-        if kind == "insert":
-            ops.append(Op(kind, key, kv.take(len(key))))
-        elif kind == "bad_insert":
-            key = key or (0,)
-            ops.append(Op(kind, key, kv.take(len(key) - 1)))
-        elif kind in ("match", "lock", "bad_unlock"):
-            ops.append(Op(kind, key))
-        elif kind == "unlock":
-            ops.append(Op(kind, n=rng.randrange(1000)))
-        elif kind == "evict":
-            ops.append(Op(kind, n=rng.choice(_EVICT_SIZES)))
-        elif kind == "bad_evict":
-            ops.append(Op(kind, n=rng.choice([1, 5])))
-        else:
-            ops.append(Op(kind))
-    return Case(label or f"random sequence {seed} ({n_ops} operations, page_size {page_size})", page_size,
-                tuple(ops))
-
-
-@functools.cache
-def random_cases(seed: int, n: int, n_ops: int) -> tuple[Case, ...]:
-    return tuple(random_case(seed * 1000 + i, n_ops, (1, 2, 4)[i % 3]) for i in range(n))
-
-
-# --------------------------------------------------------------------------------------------------------
-# observing a cache
-
-
-class Recorder:
-    """The KV allocator: records what evict hands it."""
-
-    def __init__(self):
-        self.freed: list[list[int]] = []
-
-    def free(self, indices):
-        self.freed.append([_int(i) for i in indices])
-
+# ------------------------------------------------------------------------------------------------
+# the tree as plain data
 
 
 def _int(x):
-    if type(x) is int or isinstance(x, bool):
+    """A count or index the learner's code left somewhere, as plain data (a string standing for anything else)."""
+    if type(x) is int:
         return x
-    if isinstance(x, numbers.Integral):
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return int(x)
-    return x
+    return f"<{type(x).__name__}: {_short.repr(x)}>"
 
 
-def _tuple(x) -> tuple:
+def _ints(xs) -> list:
     try:
-        t = tuple(x)
+        if isinstance(xs, tuple | list) and all(type(x) is int for x in xs):
+            return list(xs)
+        return [_int(x) for x in xs]
     except TypeError:
-        return (repr(x),)
-    if all(type(i) is int for i in t):
-        return t
-    return tuple(_int(i) for i in t)
+        return [_int(xs)]
 
 
-def _plain_key(x):
-    if isinstance(x, tuple | list):
+def _child_key(x):
+    """A dict key of a node's children as plain data: an int, a tuple of ints, or a string for anything else."""
+    if isinstance(x, tuple):
         return tuple(_int(t) for t in x)
-    return _int(x)
+    value = _int(x)
+    return value if isinstance(x, numbers.Integral) else f"<{type(x).__name__}: {_short.repr(x)}>"
 
 
-def _ref_child_key(page_size: int, key: tuple):
-    return key[0] if page_size == 1 else tuple(key[:page_size])
-
-
-@dataclass(frozen=True)
-class Obs:
-    """What one operation did: its result, the sizes after it, the tree after it."""
-    result: tuple
-    sizes: tuple
-    rows: tuple
-    problems: tuple
-
-
-def tree_rows(cache, page_size: int) -> tuple[tuple, tuple]:
-    """(rows, problems). One row per node but the root, sorted by path: (path, edge, KV indices, lock_ref,
-    rank of last_access_time, in evictable_leaves). Problems: broken parent pointers, wrong child keys, a bad
-    root, a stale node in evictable_leaves."""
-    root = cache.root_node
-    leaves = getattr(cache, "evictable_leaves", set())
-    rows, problems, seen = [], [], set()
-    if getattr(root, "lock_ref", None) != 1 or tuple(getattr(root, "key", ())) != ():
-        problems.append("the root must keep an empty key and lock_ref 1")
-    stack = [(root, ())]
+def _nodes(cache) -> tuple[list, str | None]:
+    """Every node reachable from the root through children, in the printer's order (preorder, children in dict
+    order); and what is broken about the walk (a cycle, a runaway tree), or None."""
+    order, seen, broken = [], set(), None
+    stack = [cache.root_node]
     while stack:
-        node, path = stack.pop()
+        node = stack.pop()
         if id(node) in seen:
-            problems.append(f"the node at {_show(path)} is reachable twice (a cycle?)")
+            broken = broken or "a node is reachable twice: a child links back to an ancestor (a cycle?)"
             continue
-        seen.add(id(node))
-        if len(seen) > _TREE_LIMIT:
-            problems.append(f"the tree has more than {_TREE_LIMIT} nodes: a node links back to an ancestor?")
+        if len(order) >= MAX_NODES:
+            broken = f"the tree has more than {MAX_NODES} nodes: a node links back to an ancestor?"
             break
-        key = () if node is root else _tuple(node.key)
-        full = path + key
-        if node is not root:
-            rows.append([full, key, _tuple(node.value), _int(node.lock_ref), node.last_access_time, node in leaves])
+        seen.add(id(node))
+        order.append(node)
+        children = getattr(node, "children", None)
+        stack.extend(reversed(list(children.values())) if isinstance(children, dict) else [])
+    return order, broken
+
+
+def snapshot(cache) -> dict:
+    """The tree's whole state: its settings, the clock, the size counters, and every node in preorder as
+    [id, key, value, lock_ref, last_access_time, creation_time, hit_count, [[child key, index], ...], the index
+    of the node its parent pointer names (-1: None, -2: a node not in the tree)]; evictable_leaves as indices
+    (-1: a node not in the tree)."""
+    order, broken = _nodes(cache)
+    index = {id(n): i for i, n in enumerate(order)}
+    rows = []
+    for node in order:
         children = getattr(node, "children", {})
-        for ck, child in list(children.items()):
-            ckey = _tuple(getattr(child, "key", ()))
-            if not ckey:
-                problems.append(f"the node under {_show(full)} has an empty edge (a split at 0 tokens?)")
-            elif _plain_key(ck) != _ref_child_key(page_size, ckey):
-                problems.append(f"the child {_show(full + ckey)} hangs under the child key {ck!r}; it should be "
-                                f"{_ref_child_key(page_size, ckey)!r}")
-            if getattr(child, "parent", None) is not node:
-                problems.append(f"the node {_show(full + ckey)} has a parent pointer that is not the node it hangs "
-                                "under")
-            stack.append((child, full))
-    stale = [n for n in leaves if id(n) not in seen]
-    if stale:
-        problems.append(f"evictable_leaves holds {len(stale)} node(s) no longer in the tree")
+        children = list(children.items()) if isinstance(children, dict) else []
+        parent = getattr(node, "parent", None)
+        rows.append([_int(getattr(node, "id", None)), _ints(getattr(node, "key", ())),
+                     _ints(getattr(node, "value", ())), _int(getattr(node, "lock_ref", None)),
+                     _int(getattr(node, "last_access_time", None)), _int(getattr(node, "creation_time", None)),
+                     _int(getattr(node, "hit_count", None)),
+                     [[_child_key(k), index[id(c)]] for k, c in children if id(c) in index],
+                     -1 if parent is None else index.get(id(parent), -2)])
     try:
-        times = sorted({r[4] for r in rows})
-        rank = {t: i for i, t in enumerate(times)}
-        for r in rows:
-            r[4] = rank[r[4]]
+        leaves = sorted(index.get(id(n), -1) for n in cache.evictable_leaves)
+    except TypeError:
+        leaves = []
+    return {"page_size": cache.page_size, "policy": cache.eviction_policy, "clock": _int(cache.clock),
+            "next_id": _int(cache._next_id),
+            "sizes": [_int(cache.evictable_size_), _int(cache.protected_size_)],
+            "nodes": rows, "leaves": leaves, "broken": broken}
+
+
+ID, KEY, VALUE, LOCK, TIME, CREATED, HITS, CHILDREN, PARENT = range(9)
+
+
+def set_tree(cache, state: dict) -> None:
+    """Put ``cache``'s tree in ``state``, reusing the node objects that have the same ids (so the handles the
+    code under test holds stay the nodes they were)."""
+    existing: dict = {}
+    for node in _nodes(cache)[0]:
+        existing.setdefault(getattr(node, "id", None), node)
+    nodes = []
+    for row in state["nodes"]:
+        node = existing.pop(row[ID], None) or TreeNode(id=row[ID])
+        node.key, node.value = tuple(row[KEY]), tuple(row[VALUE])
+        node.lock_ref, node.last_access_time = row[LOCK], row[TIME]
+        node.creation_time, node.hit_count = row[CREATED], row[HITS]
+        node.children, node.parent = {}, None
+        nodes.append(node)
+    for node, row in zip(nodes, state["nodes"]):
+        for ck, i in row[CHILDREN]:
+            node.children[ck] = nodes[i]
+            nodes[i].parent = node
+    cache.root_node = nodes[0]
+    cache.clock, cache._next_id = state["clock"], state["next_id"]
+    cache.evictable_size_, cache.protected_size_ = state["sizes"]
+    cache.evictable_leaves.clear()
+    cache.evictable_leaves.update(nodes[i] for i in state["leaves"])
+
+
+def build(state: dict, cls=RadixCache, allocator=None):
+    """A tree of class ``cls`` in ``state`` (reference states only: well formed)."""
+    cache = cls(page_size=state["page_size"], eviction_policy=state["policy"], token_to_kv_pool_allocator=allocator)
+    set_tree(cache, state)
+    return cache
+
+
+def node_by_id(cache, node_id: int):
+    return next(n for n in _nodes(cache)[0] if n.id == node_id)
+
+
+def path_of(cache, node) -> list | str:
+    """The tokens from the root to the end of ``node``'s edge, or a sentence when it is not in the tree."""
+    if not isinstance(node, TreeNode):
+        return f"<{type(node).__name__}: {_short.repr(node)}> (not a TreeNode)"
+    parts, guard = [], 0
+    while node is not None and node is not cache.root_node and guard < MAX_NODES:
+        parts.append(_ints(node.key))
+        node, guard = getattr(node, "parent", None), guard + 1
+    if node is None or guard >= MAX_NODES:
+        return "a node that is not in the tree"
+    return [t for p in reversed(parts) for t in p]
+
+
+def _digest(*parts) -> str:
+    text = json.dumps(plain.encode(list(parts)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def state_key(state: dict) -> str:
+    """What a split (or a lock) depends on: the whole tree but the LFU hit counts (the lesson's insert does not
+    count hits), node by id, so neither the order of a children dict nor the printer's order matters."""
+    rows = state["nodes"]
+    nodes = sorted([r[ID], r[KEY], r[VALUE], r[LOCK], r[TIME], r[CREATED],
+                    sorted([_show(ck), rows[i][ID]] for ck, i in r[CHILDREN]),
+                    rows[r[PARENT]][ID] if r[PARENT] >= 0 else r[PARENT]] for r in rows)
+    return _digest(state["page_size"], state["clock"], state["next_id"], state["sizes"], nodes,
+                   sorted(rows[i][ID] if i >= 0 else i for i in state["leaves"]), state["broken"])
+
+
+# ------------------------------------------------------------------------------------------------
+# the tree as the grader compares it: by path
+
+
+def _order_key(path) -> list:
+    """A sort key for paths that may hold what a broken tree put there (strings among the ints)."""
+    return [(0, t) if isinstance(t, int) else (1, str(t)) for t in path]
+
+
+def expected_child_key(page_size: int, edge) -> object:
+    return edge[0] if page_size == 1 else tuple(edge[:page_size])
+
+
+def view(state: dict) -> dict:
+    """``state`` as compared: one row per node but the root, sorted by path, [path, edge, KV indices, lock_ref,
+    rank of last_access_time, in evictable_leaves]; the sizes (evictable, protected, total); what is broken."""
+    rows, ps = state["nodes"], state["page_size"]
+    problems = [state["broken"]] if state.get("broken") else []
+    if rows[0][KEY] != [] or rows[0][LOCK] != 1:
+        problems.append("the root must keep an empty key and lock_ref 1")
+    paths, under = {0: []}, {}
+    for i, row in enumerate(rows):
+        for ck, j in row[CHILDREN]:
+            if j in paths:
+                continue
+            under[j] = i
+            paths[j] = paths[i] + list(rows[j][KEY])
+            edge = rows[j][KEY]
+            if not edge:
+                problems.append(f"the node under {_show(paths[i])} has an empty edge (a split at 0 tokens?)")
+            elif ck != expected_child_key(ps, edge):
+                problems.append(f"the child {_show(paths[j])} hangs under the child key {ck!r}; it should be "
+                                f"{expected_child_key(ps, edge)!r}")
+            if rows[j][PARENT] != i:
+                problems.append(f"the node {_show(paths[j])} has a parent pointer that is not the node it hangs under")
+    if -1 in state["leaves"]:
+        problems.append(f"evictable_leaves holds {state['leaves'].count(-1)} node(s) no longer in the tree")
+    leaves = set(state["leaves"])
+    times = [rows[i][TIME] for i in paths if i]
+    try:
+        rank = {t: r for r, t in enumerate(sorted(set(times)))}
     except TypeError:
         problems.append("last_access_time must be a number (use self._tick())")
-    rows.sort(key=lambda r: r[0])
-    return tuple(tuple(r) for r in rows), tuple(problems)
-
-
-def tree_text(cache, limit: int = 40) -> str:
-    """The tree, pretty_print style but safe on a broken tree; at most `limit` nodes."""
-    lines, seen = [], set()
-    stack = [(cache.root_node, 0)]
-    while stack and len(lines) < limit:
-        node, depth = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        text = "root" if node is cache.root_node else f"{_show(_tuple(node.key))} kv={_show(_tuple(node.value))}"
-        lines.append(f"{'  ' * depth}{text} r={node.lock_ref} t={node.last_access_time}")
-        stack.extend((c, depth + 1) for c in reversed(list(getattr(node, "children", {}).values())))
-    if stack:
-        lines.append(f"{'  ' * 1}...")
-    return "\n".join(lines)
-
-
-class Side:
-    """One cache driven through a case; apply(op) performs it and returns what it observed."""
-
-    def __init__(self, cls: type, case: Case):
-        self.case = case
-        self.alloc = Recorder()
-        self.cache = cls(page_size=case.page_size, eviction_policy=case.policy, token_to_kv_pool_allocator=self.alloc)
-        self.handles: list = []
-
-    def _call(self, fn, *args):
-        try:
-            return ("ok", fn(*args))
-        except _ReferenceCalled:
-            raise
-        except NotImplementedError as e:
-            raise _NotFilled(str(e)) from None
-        except RecursionError:
-            return ("raised", "RecursionError", "maximum recursion depth exceeded")
-        except Exception as e:  # noqa: BLE001 - reported as a result, compared with the reference's
-            return ("raised", type(e).__name__, str(e))
-
-    def apply(self, op: Op) -> Obs:
-        c = self.cache
-        self.alloc.freed.clear()
-        if op.kind == "insert":
-            r = self._call(c.insert, list(op.key), list(op.value))
-            result = ("insert", *_res(r, _int))
-        elif op.kind == "bad_insert":
-            r = self._call(c.insert, list(op.key), list(op.value))
-            result = ("bad", r[0] == "raised" and r[1] == "ValueError", _kind(r))
-        elif op.kind in ("match", "lock", "bad_unlock"):
-            r = self._call(c.match_prefix, list(op.key))
-            m = _match_result(c, r)
-            result = ("match", *m)
-            if r[0] == "ok" and m[0] == "ok":
-                node = r[1][1]
-                if op.kind == "lock":
-                    d = self._call(c.inc_lock_ref, node)
-                    if d[0] == "ok":
-                        self.handles.append(node)
-                    result += ("lock", *_res(d, _int))
-                elif op.kind == "bad_unlock" and node is not c.root_node and _int(node.lock_ref) == 0:
-                    d = self._call(c.dec_lock_ref, node)
-                    result += ("bad", d[0] == "raised" and d[1] == "ValueError", _kind(d))
-        elif op.kind == "unlock":
-            if self.handles:
-                node = self.handles.pop(op.n % len(self.handles))
-                result = ("unlock", *_res(self._call(c.dec_lock_ref, node), _int))
-            else:
-                result = ("unlock", "nothing held")
-        elif op.kind == "evict":
-            r = self._call(c.evict, op.n)
-            result = ("evict", *_res(r, lambda x: _tuple(x) if x is not None else None), _tuple_list(self.alloc.freed))
-        elif op.kind == "bad_evict":
-            r = self._call(c.evict, -op.n)
-            result = ("bad", r[0] == "raised" and r[1] == "ValueError", _kind(r))
-        else:
-            r = self._call(c.reset)
-            self.handles = []
-            result = ("reset", r[0])
-        try:
-            sizes = (_int(c.evictable_size()), _int(c.protected_size()), _int(c.total_size()))
-        except Exception as e:  # noqa: BLE001
-            sizes = ("unreadable", type(e).__name__)
-        rows, problems = tree_rows(c, self.case.page_size)
-        return Obs(result, sizes, rows, problems)
-
-
-def _tuple_list(chunks) -> tuple:
-    return tuple(tuple(ch) for ch in chunks)
-
-
-def _kind(r) -> str:
-    return f"raised {r[1]}" if r[0] == "raised" else f"returned {_short.repr(r[1])}"
-
-
-def _res(r, conv) -> tuple:
-    if r[0] == "raised":
-        return ("raised", r[1], r[2])
-    try:
-        return ("ok", conv(r[1]))
-    except Exception:  # noqa: BLE001
-        return ("ok", repr(r[1]))
-
-
-def _path(cache, node) -> tuple:
-    parts, guard = [], 0
-    while node is not None and node is not cache.root_node and guard < _TREE_LIMIT:
-        parts.append(_tuple(node.key))
-        node = getattr(node, "parent", None)
-        guard += 1
-    if node is None:
-        return ("not in the tree",)
-    return tuple(t for p in reversed(parts) for t in p)
-
-
-def _match_result(cache, r) -> tuple:
-    if r[0] == "raised":
-        return ("raised", r[1], r[2])
-    got = r[1]
-    if not isinstance(got, tuple) or len(got) != 2:
-        return ("malformed", f"match_prefix returned {_short.repr(got)}; return (list of KV indices, last node)")
-    indices, node = got
-    if not isinstance(node, TreeNode):
-        return ("malformed", f"match_prefix returned {_short.repr(node)} as its node; return the TreeNode where the "
-                "match ends")
-    try:
-        indices = [_int(i) for i in indices]
-    except TypeError:
-        return ("malformed", f"match_prefix returned {_short.repr(indices)} as its indices; return a list of ints")
-    return ("ok", tuple(indices), _path(cache, node))
-
-
-# --------------------------------------------------------------------------------------------------------
-# the learner's code must be the learner's
-
-
-class _ReferenceCalled(AssertionError):
-    pass
-
-
-class _NotFilled(Exception):
-    pass
-
-
-# what each exercise replaces -> code objects of the reference it must not call (ch05 adds its hook's)
-FORBIDDEN = {
-    "child_key": common.codes(RadixCache.child_key),
-    "_match_len": common.codes(RadixCache._match_len),
-    "_split_node": common.codes(RadixCache._split_node),
-    "match_prefix": common.codes(RadixCache.match_prefix),
-    "insert": common.codes(RadixCache.insert),
-    "inc_lock_ref": common.codes(RadixCache.inc_lock_ref),
-    "dec_lock_ref": common.codes(RadixCache.dec_lock_ref),
-    "evict": common.codes(RadixCache.evict),
-}
-_WATCH = common.ReferenceWatch(FORBIDDEN, _ReferenceCalled)
-wrap = _WATCH.wrap
-
-
-def reject_reference(fn, key: str, module: str = "servelab.radix_cache.RadixCache") -> None:
-    common.reject_reference(fn, key, FORBIDDEN[key], _short, f"{module}.{key}")
-
-
-def no_reference_calls(what: str = "servelab.radix_cache.RadixCache"):
-    """Refuse calls into the reference while the learner's wrapped methods run; the message names the function
-    called after the module of ``what`` (the reference class)."""
-    return _WATCH.no_calls(what.rsplit(".", 1)[0])
-
-
-# --------------------------------------------------------------------------------------------------------
-# lockstep replay
-
-
-def _result_text(result: tuple) -> str:
-    kind = result[0]
-    if kind == "bad":
-        return result[2]
-    if len(result) > 1 and result[1] == "raised":
-        return f"raised {result[2]}: {result[3]}"
-    if kind == "insert":
-        return f"returned {result[2]}"
-    if kind == "match":
-        if result[1] == "malformed":
-            return result[2]
-        text = f"returned {_show(result[2], 16)}, ending at the node whose path is {_show(result[3], 16)}"
-        rest = result[4:]
-        if rest and rest[0] == "lock":
-            text += f"; inc_lock_ref returned {rest[2]}" if rest[1] == "ok" else f"; inc_lock_ref raised {rest[2]}"
-        elif rest and rest[0] == "bad":
-            text += f"; dec_lock_ref {rest[2]}"
-        return text
-    if kind == "unlock":
-        return f"returned {result[2]}" if len(result) > 2 else result[1]
-    if kind == "evict":
-        return f"returned {_show(result[2], 16)}; the allocator was handed {list(map(list, result[3]))}"
-    return "done"
-
-
-def _first_diff(mine: Obs, want: Obs) -> str | None:
-    if mine.result != want.result:
-        return "what the call returned (above)"
-    if mine.sizes != want.sizes:
-        names = ("evictable_size()", "protected_size()", "total_size()")
-        if mine.sizes[0] == "unreadable":
-            return f"reading the sizes raised {mine.sizes[1]}"
-        i = next(i for i, (a, b) in enumerate(zip(mine.sizes, want.sizes)) if a != b)
-        return (f"{names[i]} is {mine.sizes[i]}; the reference's is {want.sizes[i]} (evictable, protected, total: "
-                f"yours {mine.sizes}, the reference's {want.sizes})")
-    if mine.problems:
-        return mine.problems[0]
-    if mine.rows != want.rows:
-        return _rows_diff(mine.rows, want.rows)
-    return None
+        rank = {}
+    out = sorted(([paths[i], rows[i][KEY], rows[i][VALUE], rows[i][LOCK], rank.get(rows[i][TIME]), i in leaves]
+                  for i in paths if i), key=lambda r: _order_key(r[0]))
+    total = sum(len(rows[i][VALUE]) for i in paths)
+    return {"sizes": [*state["sizes"], total], "rows": out, "problems": problems}
 
 
 _ROW_FIELDS = ("path", "edge", "KV indices", "lock_ref", "last access order", "membership of evictable_leaves")
 
 
-def _rows_diff(mine: tuple, want: tuple) -> str:
-    m = {r[0]: r for r in mine}
-    w = {r[0]: r for r in want}
-    for path in sorted(set(m) | set(w)):
-        if path not in m:
-            return f"the reference's tree has a node ending at {_show(path)} (edge {_show(w[path][1])}); yours has none"
-        if path not in w:
-            return f"your tree has a node ending at {_show(path)} (edge {_show(m[path][1])}); the reference's has none"
-        a, b = m[path], w[path]
+def _order(rows) -> str:
+    """The nodes by last access time, least recent first ("=": the same time)."""
+    rows = sorted(rows, key=lambda r: (r[4] if isinstance(r[4], int) else -1, _order_key(r[0])))
+    text = _show(rows[0][1]) if rows else ""
+    for a, b in zip(rows, rows[1:]):
+        text += f" {'=' if a[4] == b[4] else '<'} {_show(b[1])}"
+    return text
+
+
+def tree_difference(got: dict, want: dict) -> str | None:
+    """The first difference between two views, in the learner's terms."""
+    if got["sizes"] != want["sizes"]:
+        names = ("evictable_size()", "protected_size()", "total_size()")
+        i = next(i for i, (a, b) in enumerate(zip(got["sizes"], want["sizes"])) if a != b)
+        return (f"{names[i]} is {got['sizes'][i]}; the reference's is {want['sizes'][i]} (evictable, protected, "
+                f"total: yours {tuple(got['sizes'])}, the reference's {tuple(want['sizes'])})")
+    if got["problems"] != want["problems"]:
+        return (got["problems"] or ["the tree is broken"])[0]
+    mine, theirs = {tuple(r[0]): r for r in got["rows"]}, {tuple(r[0]): r for r in want["rows"]}
+    for path in sorted(set(mine) | set(theirs), key=_order_key):
+        if path not in mine:
+            return (f"the reference's tree has a node ending at {_show(path)} (edge {_show(theirs[path][1])}); "
+                    "yours has none")
+        if path not in theirs:
+            return (f"your tree has a node ending at {_show(path)} (edge {_show(mine[path][1])}); the reference's "
+                    "has none")
+        a, b = mine[path], theirs[path]
         if a != b:
             i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             if i == 4:
-                order = lambda rows: " < ".join(_show(r[1]) for r in sorted(rows, key=lambda r: (r[4], r[0])))
-                return ("the order of the nodes' last access times differs: yours "
-                        f"{order(mine)}; the reference's {order(want)} (least recent first)")
+                return (f"the order of the nodes' last access times differs: yours {_order(got['rows'])}; the "
+                        f"reference's {_order(want['rows'])} (least recent first)")
             return f"the node ending at {_show(path)} has {_ROW_FIELDS[i]} {a[i]}; the reference's has {b[i]}"
-    return "the trees differ"
-
-
-class Diverged(AssertionError):
-    pass
-
-
-def _message(who: str, case: Case, k: int, body: str, pitfall: str | None, history: list[str], before: str,
-             mine: Obs | None, want: Obs | None) -> str:
-    lines = [PITFALLS_ALL[pitfall]] if pitfall else []
-    lines.append(f"{who} differs from the reference at operation {k} of the scenario '{case.label}' "
-                 f"(page_size {case.page_size}):")
-    if history:
-        lines.append("  operations before it (the same on both sides):")
-        skipped = len(history) - 8
-        if skipped > 0:
-            lines.append(f"    ... {skipped} earlier operations")
-        lines += [f"    {h}" for h in history[-8:]]
-    lines.append(f"  operation {k}: {case.ops[k].text()}")
-    lines.append("  the tree before it:")
-    lines += [f"    {ln}" for ln in before.splitlines()]
-    if mine is not None and want is not None and mine.result != want.result:
-        lines.append(f"  yours:         {_result_text(mine.result)}")
-        lines.append(f"  the reference: {_result_text(want.result)}")
-    lines.append(f"First difference: {body}")
-    return "\n".join(lines)
-
-
-PITFALLS_ALL: dict[str, str] = dict(PITFALLS)   # ch05 adds its own
-
-
-def replay(case: Case, cls: type) -> list[Obs]:
-    """Run the case on one class; a learner error (NotImplementedError) propagates."""
-    side = Side(cls, case)
-    return [side.apply(op) for op in case.ops]
-
-
-def lockstep(case: Case, cls: type, who: str, variants: Mapping[str, list] = (), prop=None) -> None:
-    """Run the case on `cls` and on the reference; raise Diverged at the first difference, naming the pitfall
-    whose variant reproduces every observation up to it, or else the one `prop(op, reference's observation
-    before the op, yours, the reference's)` names."""
-    mine, want = Side(cls, case), Side(RadixCache, case)
-    seen: list[Obs] = []
-    history: list[str] = []
-    prev = None
-    for k, op in enumerate(case.ops):
-        w = want.apply(op)
-        try:
-            m = mine.apply(op)
-        except _NotFilled:
-            raise AssertionError(common.not_filled(who)) from None
-        seen.append(m)
-        body = _first_diff(m, w)
-        if body:
-            pitfall = _attribute(case, k, seen, variants)
-            if pitfall is None and prop is not None:
-                pitfall = prop(op, prev, m, w)
-            before = Side(RadixCache, case)
-            for earlier in case.ops[:k]:
-                before.apply(earlier)
-            raise Diverged(_message(who, case, k, body, pitfall, history, tree_text(before.cache), m, w))
-        history.append(f"{k:>3}  {op.text()} -> {_result_text(w.result)}")
-        prev = w
-
-
-def _attribute(case: Case, k: int, seen: list[Obs], variants: Mapping[str, list]) -> str | None:
-    short = Case(case.label, case.page_size, case.ops[:k + 1], case.policy)
-    for key, classes in dict(variants).items():
-        for cls in classes:
-            try:
-                with time_limit(2, "a pitfall replay"):
-                    if replay(short, cls) == seen:
-                        return key
-            except (AssertionError, _NotFilled, RecursionError):
-                continue
     return None
 
 
-def run_cases(cls: type, who: str, cases, variants: Mapping[str, list] = (), prop=None, watched: int = 2) -> None:
-    for i, case in enumerate(cases):
-        guard = no_reference_calls() if common.watched(i, watched) else contextlib.nullcontext()
-        with guard, time_limit(_CASE_SECONDS, f"{who} on the scenario '{case.label}'"):
-            lockstep(case, cls, who, variants, prop)
+def tree_text(state: dict, limit: int = 30) -> str:
+    """The tree, pretty_print style (reference states: well formed), at most ``limit`` nodes."""
+    rows, lines = state["nodes"], []
+    stack = [(0, 0)]
+    while stack and len(lines) < limit:
+        i, depth = stack.pop()
+        row = rows[i]
+        text = "root" if i == 0 else f"{_show(row[KEY])} kv={_show(row[VALUE])}"
+        lines.append(f"{'  ' * depth}{text} r={row[LOCK]} t={row[TIME]}")
+        stack.extend((j, depth + 1) for _, j in reversed(row[CHILDREN]))
+    if stack:
+        lines.append("  ...")
+    return "\n".join(lines)
+
+
+def rows_text(rows: list, limit: int = 30) -> str:
+    """A view's rows as a tree (the root first), at most ``limit`` nodes."""
+    lines = ["root"]
+    for path, edge, value, lock, rank, _ in rows[:limit]:
+        depth = sum(1 for r in rows if len(r[0]) < len(path) and list(path[:len(r[0])]) == list(r[0]))
+        lines.append(f"{'  ' * (depth + 1)}{_show(edge)} kv={_show(value)} r={lock} (access order {rank})")
+    if len(rows) > limit:
+        lines.append("  ...")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# replaying the reference's calls of the other exercises
+
+
+class Diverged(Exception):
+    """The code under test made a call of another exercise that the reference never made in that state."""
+
+    def __init__(self, call: str, state: dict):
+        super().__init__(call)
+        self.call, self.state = call, state
+
+
+def pure_key(name: str, page_size: int, args: tuple) -> str:
+    """What child_key and _match_len depend on: the page looked up; the edge and the key's tokens beside it."""
+    if name == "child_key":
+        key, offset = args
+        return _digest(name, page_size, _ints(key)[offset:offset + page_size])
+    edge, key, offset = args
+    return _digest(name, page_size, _ints(edge), _ints(key)[offset:offset + len(edge)])
+
+
+def split_key(state: dict, child_id, split_len) -> str:
+    return _digest("_split_node", state_key(state), _int(child_id), _int(split_len))
+
+
+def with_replay(cache, replay: dict, names=("child_key", "_match_len", "_split_node")) -> dict:
+    """Answer ``cache``'s calls of ``names`` from ``replay``; returns a record of the first divergence (kept even
+    when the code under test catches the exception)."""
+    seen: dict = {"diverged": None}
+
+    def diverge(call: str):
+        seen["diverged"] = seen["diverged"] or Diverged(call, snapshot(cache))
+        raise seen["diverged"]
+
+    def child_key(key, offset=0):
+        entry = replay["child_key"].get(pure_key("child_key", cache.page_size, (key, offset)))
+        if entry is None:
+            diverge(f"child_key(key={_show(_ints(key))}, offset={offset!r})")
+        return entry
+
+    def _match_len(edge, key, offset):
+        entry = replay["_match_len"].get(pure_key("_match_len", cache.page_size, (edge, key, offset)))
+        if entry is None:
+            diverge(f"_match_len(edge={_show(_ints(edge))}, key={_show(_ints(key))}, offset={offset!r})")
+        return entry
+
+    def _split_node(child, split_len):
+        where = path_of(cache, child)
+        entry = replay["_split_node"].get(split_key(snapshot(cache), getattr(child, "id", None), split_len))
+        if entry is None:
+            diverge(f"_split_node(the node {_show(where) if isinstance(where, list) else where}, {split_len!r})")
+        set_tree(cache, entry["after"])
+        return node_by_id(cache, entry["result"])
+
+    for name, fn in (("child_key", child_key), ("_match_len", _match_len), ("_split_node", _split_node)):
+        if name in names:
+            setattr(cache, name, fn)
+    return seen
+
+
+def _diverged(seen: dict, cache) -> dict | None:
+    d = seen["diverged"]
+    return None if d is None else {"diverged": d.call, "state": d.state}
+
+
+# ------------------------------------------------------------------------------------------------
+# drivers: one call of the learner's method on a state, the result and the state after as plain data
+
+
+def drive_child_key(fn, page_size: int, key: list, offset: int) -> dict:
+    return {"result": fn(RadixCache(page_size=page_size), tuple(key), offset)}
+
+
+def drive_match_len(fn, page_size: int, edge: list, key: list, offset: int) -> dict:
+    return {"result": fn(RadixCache(page_size=page_size), tuple(edge), tuple(key), offset)}
+
+
+def _guarded_call(call, cache, seen: dict) -> dict:
+    """``call()``; what it raised (but a stub's NotImplementedError), or a divergence, as data."""
+    try:
+        out = {"ok": call()}
+        return _diverged(seen, cache) or out   # a divergence the code under test caught is still one
+    except NotImplementedError:
+        raise
+    except Diverged:
+        return _diverged(seen, cache)
+    except Exception as e:  # noqa: BLE001 - part of the result: the reference raises on bad input too
+        return _diverged(seen, cache) or {"raised": type(e).__name__, "message": str(e)[:300],
+                                          "state": snapshot(cache)}
+
+
+def drive_split_node(fn, where: str, state: dict, child: int, split_len: int, replay: dict) -> dict:
+    cache = build(state)
+    seen = with_replay(cache, replay, ("child_key",))
+    handle = node_by_id(cache, child)
+    out = _guarded_call(lambda: fn(cache, handle, split_len), cache, seen)
+    if "ok" not in out:
+        return out
+    upper = out["ok"]
+    return {"result": path_of(cache, upper), "new": upper is not handle, "handle": path_of(cache, handle),
+            "state": snapshot(cache)}
+
+
+def _match_out(cache, got) -> dict:
+    if not isinstance(got, tuple) or len(got) != 2:
+        return {"problem": f"returned {_short.repr(got)}; return (list of KV indices, last node)"}
+    indices, node = got
+    if not isinstance(node, TreeNode):
+        return {"problem": f"returned {_short.repr(node)} as its node; return the TreeNode where the match ends"}
+    try:
+        indices = _ints(list(indices))
+    except TypeError:
+        return {"problem": f"returned {_short.repr(indices)} as its indices; return a list of ints"}
+    return {"result": indices, "node": path_of(cache, node)}
+
+
+def drive_match_prefix(fn, where: str, state: dict, key: list, replay: dict) -> dict:
+    cache = build(state)
+    seen = with_replay(cache, replay)
+    out = _guarded_call(lambda: fn(cache, list(key)), cache, seen)
+    if "ok" not in out:
+        return out
+    return {**_match_out(cache, out["ok"]), "state": snapshot(cache)}
+
+
+def drive_insert(fn, where: str, state: dict, key: list, value: list, replay: dict) -> dict:
+    cache = build(state)
+    seen = with_replay(cache, replay)
+    out = _guarded_call(lambda: fn(cache, list(key), list(value)), cache, seen)
+    if "ok" not in out:
+        return out
+    return {"result": _int(out["ok"]), "state": snapshot(cache)}
+
+
+# ------------------------------------------------------------------------------------------------
+# workloads: operations on a whole tree (the whole class's cases, and where every method's cases come from
+
+
+def workload(label: str, page_size: int, steps, policy: str = "lru") -> dict:
+    """``steps``: ("insert", key) | ("match", key) | ("lock", key) | ("unlock", n) | ("evict", n) | ("reset",) |
+    ("bad_insert", key) | ("bad_unlock", key) | ("bad_evict", n). lock: match_prefix(key), then
+    inc_lock_ref(node); unlock: dec_lock_ref of held handle number n (modulo how many are held; nothing when none
+    is); bad_insert: a value one index short (must raise ValueError); bad_unlock: match_prefix(key), then
+    dec_lock_ref(node) when that node is not the root and holds no lock (must raise ValueError); bad_evict:
+    evict(-n). Insert values are fresh KV indices (10, 11, ...), so values show who wrote them."""
+    kv, ops = 10, []
+    for step in steps:
+        kind, arg = step[0], (step[1] if len(step) > 1 else 0)
+        if kind in ("insert", "bad_insert"):
+            key = list(arg)
+            n = len(key) if kind == "insert" else len(key) - 1
+            ops.append([kind, key, list(range(kv, kv + n)), 0])
+            kv += len(key)
+        elif kind in ("match", "lock", "bad_unlock"):
+            ops.append([kind, list(arg), [], 0])
+        else:
+            ops.append([kind, [], [], int(arg)])
+    return {"label": label, "page_size": page_size, "policy": policy, "ops": ops}
+
+
+OPS = ("insert", "match", "lock", "unlock", "evict", "reset", "bad_insert", "bad_unlock", "bad_evict")
+EVICT_SIZES = (0, 1, 2, 3, 5, 8, BIG)
+
+
+def random_workload(rng: random.Random, n_ops: int, page_size: int, label: str,
+                    weights=(30, 20, 12, 12, 15, 1, 1, 2, 1)) -> dict:
+    """Two or three distinct tokens, so keys share prefixes and split edges often; empty keys included."""
+    alphabet, steps = rng.choice([2, 3]), []
+    for _ in range(n_ops):
+        kind = rng.choices(OPS, weights=weights)[0]
+        key = [rng.randrange(alphabet) for _ in range(rng.randrange(0, 4 * page_size + 3))]
+        if kind == "bad_insert":
+            steps.append((kind, key or [0]))
+        elif kind in ("insert", "match", "lock", "bad_unlock"):
+            steps.append((kind, key))
+        elif kind == "unlock":
+            steps.append((kind, rng.randrange(1000)))
+        elif kind == "evict":
+            steps.append((kind, rng.choice(EVICT_SIZES)))
+        elif kind == "bad_evict":
+            steps.append((kind, rng.choice([1, 5])))
+        else:
+            steps.append((kind,))
+    return workload(label, page_size, steps)
+
+
+def op_text(op: list) -> str:
+    kind, key, value, n = op
+    return {
+        "insert": f"insert({_show(key)}, {_show(value)})",
+        "match": f"match_prefix({_show(key)})",
+        "lock": f"inc_lock_ref(match_prefix({_show(key)}) node)",
+        "unlock": f"dec_lock_ref(held node #{n})",
+        "evict": f"evict({n})",
+        "reset": "reset()",
+        "bad_insert": f"insert({_show(key)}, {_show(value)})  (one index short: must raise ValueError)",
+        "bad_unlock": f"dec_lock_ref(match_prefix({_show(key)}) node)  (no lock on it: must raise ValueError)",
+        "bad_evict": f"evict({-n})  (negative: must raise ValueError)",
+    }[kind]
+
+
+class Allocator:
+    """The KV allocator: records what evict hands it."""
+
+    def __init__(self):
+        self.freed: list = []
+
+    def free(self, indices):
+        self.freed.append(_ints(indices))
+
+
+def _call(fn, *args) -> list:
+    """["ok", result] or ["raised", name, message]; a stub's NotImplementedError goes on up."""
+    try:
+        return ["ok", fn(*args)]
+    except NotImplementedError:
+        raise
+    except RecursionError:
+        return ["raised", "RecursionError", "maximum recursion depth exceeded"]
+    except Exception as e:  # noqa: BLE001 - reported as a result, compared with the reference's
+        return ["raised", type(e).__name__, str(e)[:200]]
+
+
+def _plain_call(r: list) -> list:
+    return ["ok", _int(r[1])] if r[0] == "ok" else r
+
+
+def _refused(r: list) -> list:
+    return [r[0] == "raised" and r[1] == "ValueError", f"raised {r[1]}" if r[0] == "raised"
+            else f"returned {_short.repr(r[1])}"]
+
+
+def apply_op(cache, op: list, handles: list, alloc: Allocator) -> list:
+    """Perform one operation of a workload; what it returned, as plain data."""
+    kind, key, value, n = op
+    alloc.freed.clear()
+    if kind in ("insert", "bad_insert"):
+        r = _call(cache.insert, list(key), list(value))
+        if kind == "bad_insert":
+            return ["bad", *_refused(r)]
+        return ["insert", *_plain_call(r)]
+    if kind in ("match", "lock", "bad_unlock"):
+        r = _call(cache.match_prefix, list(key))
+        if r[0] != "ok":
+            return ["match", *r]
+        m = _match_out(cache, r[1])
+        if "problem" in m:
+            return ["match", "malformed", m["problem"]]
+        out, node = ["match", "ok", m["result"], m["node"]], r[1][1]
+        if kind == "lock":
+            d = _call(cache.inc_lock_ref, node)
+            if d[0] == "ok":
+                handles.append(node)
+            out += ["lock", *_plain_call(d)]
+        elif kind == "bad_unlock" and node is not cache.root_node and node.lock_ref == 0:
+            out += ["bad", *_refused(_call(cache.dec_lock_ref, node))]
+        return out
+    if kind == "unlock":
+        if not handles:
+            return ["unlock", "nothing held"]
+        return ["unlock", *_plain_call(_call(cache.dec_lock_ref, handles.pop(n % len(handles))))]
+    if kind in ("evict", "bad_evict"):
+        r = _call(cache.evict, n if kind == "evict" else -n)
+        if kind == "bad_evict":
+            return ["bad", *_refused(r)]
+        if r[0] != "ok":
+            return ["evict", *r]
+        return ["evict", "ok", _ints(r[1]) if r[1] is not None else None, [list(f) for f in alloc.freed]]
+    r = _call(cache.reset)
+    handles.clear()
+    return ["reset", r[0]]
+
+
+def _sizes(cache) -> list:
+    try:
+        return [_int(cache.evictable_size()), _int(cache.protected_size()), _int(cache.total_size())]
+    except Exception as e:  # noqa: BLE001
+        return ["unreadable", type(e).__name__]
 
 
 class SplitGuard(Exception):
@@ -620,7 +596,7 @@ class SplitGuard(Exception):
 
 
 def guarded(cls: type) -> type:
-    """`cls` with its _split_node refusing a split at 0 tokens or at the end of the edge."""
+    """``cls`` with its _split_node refusing a split at 0 tokens or at the end of the edge."""
     inner = cls._split_node
 
     def _split_node(self, child, split_len):
@@ -633,446 +609,487 @@ def guarded(cls: type) -> type:
     return type(cls.__name__, (cls,), {"_split_node": _split_node})
 
 
-def learner_class(name: str, base: type = RadixCache, **methods) -> type:
-    for key, fn in methods.items():
-        reject_reference(fn, key)
-    return guarded(type(name, (base,), {key: wrap(fn, key) for key, fn in methods.items()}))
+def run_ops(cache, ops: list, before=None) -> list:
+    """Every operation's [result, sizes, view of the tree] on ``cache``; ``before(k, cache)`` is called before
+    operation k (the recording's hook)."""
+    handles, alloc = [], cache.token_to_kv_pool_allocator
+    trace = []
+    for k, op in enumerate(ops):
+        if before is not None:
+            before(k, cache)
+        result = apply_op(cache, op, handles, alloc)
+        tree = view(snapshot(cache))
+        trace.append([result, _sizes(cache), tree["rows"], tree["problems"]])
+    return trace
 
 
-# --------------------------------------------------------------------------------------------------------
-# the pitfalls, built in (to name the one that explains a difference)
+def drive_radix_cache(cls, where: str, work: dict) -> dict:
+    """The learner's whole RadixCache class through a workload: each operation's result, the sizes and the tree
+    after it; or the lesson's requests served through it (``work["serve"]``)."""
+    if "serve" in work:
+        return serve(cls, **work["serve"])
+    cache = guarded(cls)(page_size=work["page_size"], eviction_policy=work["policy"],
+                         token_to_kv_pool_allocator=Allocator())
+    return {"trace": run_ops(cache, work["ops"])}
 
 
-def _ck_first_token(self, key, offset=0):
-    return key[offset]
+def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
+    """The lesson's figure through a RadixCache class: ``n_requests`` requests sharing a ``prompt_len``-token
+    system prompt served by the RadixScheduler; every step's batch and hits."""
+    from servelab import prefix_compare
+    from servelab.radix_scheduler import RadixEngine, RadixScheduler, Req
+
+    workload = prefix_compare.shared_system_prompt(n_requests, prompt_len, max_tokens=2)
+    scheduler = type("Scheduler", (RadixScheduler,), {"cache_class": guarded(cls)})
+    sch = scheduler(pool_size=cache_tokens, max_prefill_tokens=prefix_compare._budget(workload, None))
+    engine = RadixEngine(sch, check=False)
+    try:
+        prefix_compare._drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - part of the run
+        return {"steps": _steps(engine), "problem": f"step {len(engine.trace)} raised {type(e).__name__}: {e}"}
+    return {"steps": _steps(engine)}
 
 
-def _ml_not_rounded(self, edge, key, offset):
-    n = 0
-    while n < min(len(edge), len(key) - offset) and edge[n] == key[offset + n]:
-        n += 1
-    return n
+def _steps(engine) -> list:
+    return [[r.kind, [[n, k] for n, k in r.scheduled], [[n, k] for n, k in r.cached]] for r in engine.trace]
 
 
-def _split_no_lock(self, child, split_len):
-    upper = self._new_node(key=child.key[:split_len], value=child.value[:split_len], parent=child.parent)
-    child.parent.children[self.child_key(child.key)] = upper
-    child.key, child.value, child.parent = child.key[split_len:], child.value[split_len:], upper
-    upper.children[self.child_key(child.key)] = child
-    return upper
+# ------------------------------------------------------------------------------------------------
+# the reference's runs: where the cases come from (the learner's lab and the grader; never the sandbox)
 
 
-def _split_new_lower(self, child, split_len):
-    lower = self._new_node(key=child.key[split_len:], value=child.value[split_len:], parent=child,
-                           lock_ref=child.lock_ref)
-    lower.children = child.children
-    for c in lower.children.values():
-        c.parent = lower
-    child.key, child.value = child.key[:split_len], child.value[:split_len]
-    child.children = {self.child_key(lower.key): lower}
-    self._update_leaf_status(child)
-    self._update_leaf_status(lower)
-    return child
+EXERCISES = ("child_key", "_match_len", "_split_node", "match_prefix", "insert")
+LOCKS = ("inc_lock_ref", "dec_lock_ref", "evict")   # chapter 05's, recorded in the same runs
 
 
-def _match_variant(split=True, touch=True):
-    def match_prefix(self, key):
-        key = self._page_aligned(tuple(key))
-        if not key:
-            return [], self.root_node
-        now = self._tick()
-        node = self.root_node
-        node.last_access_time = now
-        values, offset = [], 0
-        while offset < len(key):
-            child = node.children.get(self.child_key(key, offset))
-            if child is None:
-                break
-            if touch:
-                child.last_access_time = now
-            n = self._match_len(child.key, key, offset)
-            if n < len(child.key):
-                if split:
-                    node = self._split_node(child, n)
-                    values.extend(node.value)
-                else:
-                    values.extend(child.value[:n])
-                    node = child
-                break
-            values.extend(child.value)
-            node = child
-            offset += n
-        return values, node
-    return match_prefix
+class _Recorder:
+    """Every call of every exercise in one reference run, with the state it was made in; for a method that calls
+    other exercises, the replay of those calls."""
+
+    def __init__(self, label: str):
+        self.label, self.where = label, ""
+        self.frames: list[dict] = []
+        self.cases: dict = {name: [] for name in (*EXERCISES, *LOCKS)}
+        self.seen: set = set()
+
+    def pure(self, cache, name: str, args: tuple, out) -> None:
+        case = (cache.page_size, *[_ints(a) if isinstance(a, tuple | list) else a for a in args])
+        key = json.dumps([name, case])
+        if key not in self.seen:
+            self.seen.add(key)
+            self.cases[name].append(case)
+        if self.frames:
+            self.frames[-1][name][pure_key(name, cache.page_size, args)] = out
+
+    def stateful(self, cache, name: str, run, text: str, args: tuple, split=None):
+        before = snapshot(cache)
+        where = f"{self.where} (page_size {cache.page_size})"
+        if self.frames:
+            where += f", inside {self.frames[-1]['$call']}"
+        frame = {"$call": text, "child_key": {}, "_match_len": {}, "_split_node": {}}
+        self.frames.append(frame)
+        try:
+            out = run()
+        finally:
+            self.frames.pop()
+            replay = {k: v for k, v in frame.items() if not k.startswith("$")}
+            self.cases[name].append((where, before, *args, replay) if name in EXERCISES else (where, before, *args))
+        if split is not None and self.frames:
+            self.frames[-1]["_split_node"][split_key(before, split[0].id, split[1])] = {
+                "before": before, "after": snapshot(cache), "result": out.id, "child": split[0].id,
+                "split_len": split[1]}
+        return out
 
 
-def _insert_variant(overwrite=False, double_count=False, check_len=True, return_added=False):
-    def insert(self, key, value):
-        key, value = tuple(key), tuple(value)
-        if check_len and len(value) != len(key):
-            raise ValueError("one KV index per token")
-        key = self._page_aligned(key)
-        value = value[:len(key)]
-        now = self._tick()
-        node = self.root_node
-        node.last_access_time = now
-        offset = 0
-        while offset < len(key):
-            child = node.children.get(self.child_key(key, offset))
-            if child is None:
-                break
-            child.last_access_time = now
-            n = self._match_len(child.key, key, offset)
-            if overwrite:
-                child.value = value[offset:offset + n] + child.value[n:]
-            offset += n
-            if n < len(child.key):
-                child = self._split_node(child, n)
-            node = child
-        if offset < len(key):
-            leaf = self._new_node(key=key[offset:], value=value[offset:], parent=node)
-            node.children[self.child_key(leaf.key)] = leaf
-            self.evictable_size_ += len(key) if double_count else len(leaf.key)
-            self._update_leaf_status(node)
-            self._update_leaf_status(leaf)
-        return len(key) - offset if return_added else offset
-    return insert
+def _recording_class(rec: _Recorder) -> type:
+    base = RadixCache
+
+    class Recording(base):
+        def child_key(self, key, offset=0):
+            out = base.child_key(self, key, offset)
+            rec.pure(self, "child_key", (key, offset), out)
+            return out
+
+        def _match_len(self, edge, key, offset):
+            out = base._match_len(self, edge, key, offset)
+            rec.pure(self, "_match_len", (edge, key, offset), out)
+            return out
+
+        def _split_node(self, child, split_len):
+            return rec.stateful(self, "_split_node", lambda: base._split_node(self, child, split_len),
+                                f"_split_node(the node {_show(path_of(self, child))}, {split_len})",
+                                (child.id, split_len), split=(child, split_len))
+
+        def match_prefix(self, key):
+            return rec.stateful(self, "match_prefix", lambda: base.match_prefix(self, key),
+                                f"match_prefix({_show(key)})", (list(key),))
+
+        def insert(self, key, value):
+            return rec.stateful(self, "insert", lambda: base.insert(self, key, value),
+                                f"insert({_show(key)}, ...)", (list(key), list(value)))
+
+        def inc_lock_ref(self, node):
+            return rec.stateful(self, "inc_lock_ref", lambda: base.inc_lock_ref(self, node), "inc_lock_ref",
+                                (node.id,))
+
+        def dec_lock_ref(self, node):
+            return rec.stateful(self, "dec_lock_ref", lambda: base.dec_lock_ref(self, node), "dec_lock_ref",
+                                (node.id,))
+
+        def evict(self, num_tokens):
+            return rec.stateful(self, "evict", lambda: base.evict(self, num_tokens), "evict", (num_tokens,))
+
+    return Recording
 
 
-def _match_touch_end_only(self, key):
-    key = self._page_aligned(tuple(key))
-    if not key:
-        return [], self.root_node
-    now = self._tick()
-    node, values, offset = self.root_node, [], 0
-    while offset < len(key):
-        child = node.children.get(self.child_key(key, offset))
-        if child is None:
-            break
-        n = self._match_len(child.key, key, offset)
-        if n < len(child.key):
-            node = self._split_node(child, n)
-            values.extend(node.value)
-            break
-        values.extend(child.value)
-        node = child
-        offset += n
-    node.last_access_time = now
-    return values, node
+_RECORDS: dict = {}
 
 
-def _variants(key: str) -> dict[str, list[type]]:
-    table = {
-        "child_key": {"first_token_key": {"child_key": _ck_first_token}},
-        "_match_len": {"not_rounded": {"_match_len": _ml_not_rounded}},
-        "_split_node": {"split_no_lock_copy": {"_split_node": _split_no_lock},
-                        "split_new_lower": {"_split_node": _split_new_lower}},
-        "match_prefix": {"match_no_split": {"match_prefix": _match_variant(split=False)},
-                         "match_no_touch": [{"match_prefix": _match_variant(touch=False)},
-                                            {"match_prefix": _match_touch_end_only}]},
-        "insert": {"insert_overwrites": {"insert": _insert_variant(overwrite=True)},
-                   "insert_double_count": {"insert": _insert_variant(double_count=True)},
-                   "insert_no_length_check": {"insert": _insert_variant(check_len=False)},
-                   "insert_return": {"insert": _insert_variant(return_added=True)}},
-    }
-    return {p: [guarded(type(f"Pitfall_{p}", (RadixCache,), m))
-                for m in (methods if isinstance(methods, list) else [methods])]
-            for p, methods in table[key].items()}
+def record(work: dict) -> dict:
+    """A run of the reference through ``work``: every call of each exercise (and of chapter 05's locks and
+    eviction) with the state it was made in, each with the replay it needs. Made once per workload."""
+    key = json.dumps(work, sort_keys=True)
+    if key not in _RECORDS:
+        rec = _Recorder(work["label"])
+        cache = _recording_class(rec)(page_size=work["page_size"], eviction_policy=work["policy"],
+                                      token_to_kv_pool_allocator=Allocator())
+
+        def before(k, _):
+            rec.where = f"operation {k} of '{work['label']}'"
+
+        run_ops(cache, work["ops"], before)
+        _RECORDS[key] = rec.cases
+    return _RECORDS[key]
 
 
-def _only_times_differ(m: Obs, w: Obs) -> bool:
-    return (m.result == w.result and m.sizes == w.sizes and not m.problems and len(m.rows) == len(w.rows)
-            and all(a[:4] + a[5:] == b[:4] + b[5:] for a, b in zip(m.rows, w.rows)))
+def cases_of(exercise: str, workloads) -> list[tuple]:
+    """The cases of ``exercise`` (a method name, or "RadixCache" for the whole class) from reference runs."""
+    if exercise == "RadixCache":
+        return [(w["label"], w) for w in workloads]
+    out, seen = [], set()
+    for w in workloads:
+        for case in record(w)[exercise]:
+            if exercise in ("child_key", "_match_len"):
+                key = json.dumps(case)
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(tuple(case))
+    return out
 
 
-def _match_prop(op: Op, prev, m: Obs, w: Obs) -> str | None:
-    """A match that leaves everything right but the order of access times did not stamp what it walked."""
-    return "match_no_touch" if op.kind in ("match", "lock", "bad_unlock") and _only_times_differ(m, w) else None
+# ------------------------------------------------------------------------------------------------
+# the lesson's workloads (the visible checks; the grader adds its own)
 
 
-# --------------------------------------------------------------------------------------------------------
-# scenarios, one per pitfall
-
-
-def pitfall_cases() -> list[Case]:
+def lesson_workloads() -> list[dict]:
+    """The lesson's walk-throughs and visible asserts, then one workload per pitfall (order matters: a pitfall is
+    named on the first case that fails, so a case that tells two pitfalls apart comes before one that does not)."""
     return [
-        _script("a match that ends mid-edge, then a lock through the split", 1, [
+        # first: a match through three whole edges, no split (what tells apart the ways of not stamping a walk)
+        workload("a deep match refreshes its whole path (LRU order)", 1, [
+            ("insert", [1, 2]), ("insert", [1, 2, 3, 4]), ("insert", [7, 7]), ("insert", [1, 2, 3, 4, 5, 6]),
+            ("insert", [9]), ("match", [1, 2, 3, 4, 5, 6]), ("evict", 2), ("evict", 2), ("evict", 2)]),
+        workload("the lesson's walk: four inserts and a match", 1, [
+            ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 9]), ("match", [1, 2, 3, 7]), ("insert", [1, 2, 3, 4, 5])]),
+        workload("the lesson's tree of four inserts", 1, [
+            ("insert", [1, 2, 3, 4, 5, 6]), ("insert", [1, 2, 3, 7, 8]), ("insert", [1, 2, 3, 4, 5, 9]),
+            ("insert", [9, 9])]),
+        workload("the lesson's pages (page_size 4)", 4, [
+            ("insert", list(range(1, 11))), ("insert", [1, 2, 3, 9, 5, 6, 7, 8]), ("match", [1, 2, 3, 4, 5, 6, 0, 0])]),
+        workload("the visible match_prefix checks", 1, [
+            ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 9]), ("match", [1, 2, 3, 7]), ("match", [5, 6]),
+            ("match", [])]),
+        workload("the visible match_prefix check at page_size 2", 2, [
+            ("insert", [1, 2, 3, 4, 5, 6]), ("match", [1, 2, 3, 9, 5, 6])]),
+        workload("the visible insert checks", 1, [
+            ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 7, 8, 9]), ("match", [1, 2, 7, 8, 9]), ("insert", [1, 2, 7]),
+            ("bad_insert", [5, 6, 7])]),
+        workload("a locked handle whose edge is split", 1, [
             ("insert", [1, 2, 3, 4]), ("lock", [1, 2, 3, 4]), ("match", [1, 2, 9]), ("lock", [1, 2, 8]),
-            ("unlock", 0), ("unlock", 0), ("evict", 10**6)]),
-        _script("a locked 8-token edge split at a page edge (page_size 4)", 4, [
+            ("unlock", 0), ("unlock", 0), ("evict", BIG)]),
+        workload("a locked 8-token edge split at a page edge (page_size 4)", 4, [
             ("insert", range(8)), ("lock", range(8)), ("lock", range(8)), ("match", [0, 1, 2, 3, 4, 5, 9, 9]),
-            ("unlock", 0), ("unlock", 0), ("evict", 10**6)]),
-        _script("keys that share part of a page (page_size 4)", 4, [
+            ("unlock", 0), ("unlock", 0), ("evict", BIG)]),
+        workload("keys that share part of a page (page_size 4)", 4, [
             ("insert", [1, 2, 3, 4, 5, 6, 7, 8]), ("insert", [1, 2, 3, 9, 5, 6, 7, 8]),
             ("match", [1, 2, 3, 9, 5, 6, 7, 0]), ("match", [1, 2, 3, 4, 5, 6, 7, 8, 1, 2])]),
-        _script("a match and an insert that leave an edge mid-page (page_size 2)", 2, [
+        workload("a match and an insert that leave an edge mid-page (page_size 2)", 2, [
             ("insert", [1, 2, 3, 4, 5, 6]), ("match", [1, 2, 3, 9, 5, 6]), ("insert", [1, 2, 3, 4, 5, 7]),
             ("match", [1, 2, 3])]),
-        _script("the split suffix is touched (LRU order)", 1, [
+        workload("the split suffix is touched (LRU order)", 1, [
             ("insert", [1, 2, 3, 4]), ("insert", [5, 5]), ("match", [1, 2]), ("evict", 1), ("evict", 1)]),
-        _script("first writer wins", 1, [
+        workload("first writer wins", 1, [
             ("insert", [5, 6, 7]), ("insert", [5, 6, 7, 8]), ("match", [5, 6, 7, 8]), ("insert", [5, 6]),
-            ("evict", 10**6), ("insert", [5, 6, 7]), ("match", [5, 6, 7])]),
-        _script("an insert that leaves an edge mid-way, under a lock", 1, [
+            ("evict", BIG), ("insert", [5, 6, 7]), ("match", [5, 6, 7])]),
+        workload("an insert that leaves an edge mid-way, under a lock", 1, [
             ("insert", [1, 2]), ("lock", [1, 2]), ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 7, 8, 9]),
-            ("insert", [1, 2, 3]), ("unlock", 0), ("evict", 2), ("evict", 10**6)]),
-        _script("empty keys and misses", 1, [
+            ("insert", [1, 2, 3]), ("unlock", 0), ("evict", 2), ("evict", BIG)]),
+        workload("empty keys and misses", 1, [
             ("match", []), ("insert", []), ("lock", []), ("insert", [1]), ("lock", [2, 3]), ("unlock", 0),
             ("unlock", 0), ("match", [1, 1])]),
-        _script("bad input", 2, [
-            ("insert", [1, 2, 3, 4]), ("bad_insert", [1, 2, 3]), ("bad_insert", [5, 6]), ("bad_unlock", [1, 2, 3, 4]),
-            ("bad_evict", 1), ("match", [1, 2])]),
+        workload("bad input", 2, [
+            ("insert", [1, 2, 3, 4]), ("bad_insert", [1, 2, 3]), ("bad_insert", [5, 6]),
+            ("bad_unlock", [1, 2, 3, 4]), ("bad_evict", 1), ("match", [1, 2])]),
     ]
 
 
-def _cases(n_random: int, n_ops: int = 200) -> list[Case]:
-    return pitfall_cases() + list(random_cases(_RANDOM_SEED, n_random, n_ops))
+LESSON_SERVE = {"label": "the lesson's 100 requests sharing a 2000-token system prompt",
+                "serve": {"n_requests": 100, "prompt_len": 2000, "cache_tokens": 8192}}
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks
+def child_key_cases() -> list[tuple]:
+    """The docstring's and the visible asserts' calls, then every call of the lesson's workloads."""
+    return [(1, [5, 6, 7, 8], 1), (2, [5, 6, 7, 8], 2), (1, [1, 2, 3, 4, 5, 6, 7, 8], 0),
+            (1, [1, 2, 3, 4, 5, 6, 7, 8], 5), (4, [1, 2, 3, 4, 5, 6, 7, 8], 0), (4, [1, 2, 3, 4, 5, 6, 7, 8], 4),
+            (4, [1, 2, 3, 9, 5, 6, 7, 8], 0), *cases_of("child_key", lesson_workloads())]
 
 
-def _direct(fn, key: str, cases, want: Callable, describe: Callable, pitfalls: Callable) -> None:
-    """Call fn on each case's arguments and compare with the reference's answer, exactly."""
-    wrapped = wrap(fn, key)
-    with no_reference_calls(), time_limit(_CASE_SECONDS, key):
-        for self_, args in cases:
-            try:
-                got = wrapped(self_, *args)
-            except NotImplementedError:
-                raise AssertionError(common.not_filled(key)) from None
-            except _ReferenceCalled:
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise AssertionError(f"{describe(self_, args)} raised {type(e).__name__}: {e}") from None
-            expect = want(self_, *args)
-            if type(got) is not type(expect) or got != expect:
-                msg = f"{describe(self_, args)} returned {_short.repr(got)}; expected {expect!r}"
-                if isinstance(got, list) and isinstance(expect, tuple):
-                    msg += " (a tuple: a dict key must be hashable)"
-                pit = pitfalls(self_, args, got)
-                raise AssertionError((PITFALLS[pit] + "\n" if pit else "") + msg)
+def match_len_cases() -> list[tuple]:
+    return [(1, [1, 2, 3, 4], [1, 2, 3, 9], 0), (2, [1, 2, 3, 4], [1, 2, 3, 9], 0), (1, [3, 4], [1, 2, 3, 4, 5], 2),
+            (1, [3, 4, 5], [1, 2, 3], 2), (1, [7, 8], [1, 2], 0),
+            (4, [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 0], 0),
+            *cases_of("_match_len", lesson_workloads())]
 
 
-def _child_key_inputs():
-    rng = random.Random(_RANDOM_SEED + 1)
-    caches = {ps: RadixCache(page_size=ps) for ps in (1, 2, 3, 4, 8)}
-    out = [(caches[4], ((1, 2, 3, 4, 5, 6, 7, 8), 0)), (caches[4], ((1, 2, 3, 4, 5, 6, 7, 8), 4)),
-           (caches[1], ((7, 8, 9), 1)), (caches[2], ((5, 6, 7, 8), 2))]
-    for _ in range(300):
-        ps = rng.choice(list(caches))
-        n = rng.randrange(1, 5) * ps
-        key = tuple(rng.randrange(4) for _ in range(n))
-        out.append((caches[ps], (key, rng.randrange(0, n // ps) * ps)))
-    return out
+# ------------------------------------------------------------------------------------------------
+# reading and showing results
 
 
-def check_child_key(fn) -> None:
-    """Hidden test of child_key: exact answers on 300 keys and offsets (page sizes 1, 2, 3, 4, 8), then the
-    reference tree with the learner's child_key on the scenarios and random sequences."""
-    reject_reference(fn, "child_key")
-    _direct(fn, "child_key", _child_key_inputs(),
-            want=lambda self, key, offset: RadixCache.child_key(self, key, offset),
-            describe=lambda self, a: f"child_key(key={_show(a[0])}, offset={a[1]}) with page_size {self.page_size}",
-            pitfalls=lambda self, a, got: "first_token_key" if self.page_size > 1 and got == a[0][a[1]] else None)
-    cls = learner_class("YourChildKey", child_key=fn)
-    run_cases(cls, "RadixCache with your child_key", _cases(9, 150), _variants("child_key"))
+def _pure_norm(raw, args):
+    if not isinstance(raw, dict) or "result" not in raw:
+        raise Shape(f"the driver returned {_short.repr(raw)}")
+    return raw["result"]
 
 
-def _match_len_inputs():
-    rng = random.Random(_RANDOM_SEED + 2)
-    caches = {ps: RadixCache(page_size=ps) for ps in (1, 2, 3, 4)}
-    out = [(caches[2], ((1, 2, 3, 4), (1, 2, 3, 9), 0)), (caches[1], ((3, 4), (1, 2, 3, 4, 5), 2)),
-           (caches[4], ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 5, 6, 7, 0), 0)), (caches[1], ((5,), (5,), 0))]
-    for _ in range(400):
-        ps = rng.choice(list(caches))
-        edge = tuple(rng.randrange(2) for _ in range(rng.randrange(1, 5) * ps))
-        key = tuple(rng.randrange(2) for _ in range(rng.randrange(1, 5) * ps))
-        offset = rng.randrange(0, len(key) // ps) * ps
-        if rng.random() < 0.5:   # make the two agree on a stretch, so long matches are common
-            n = min(len(edge), len(key) - offset)
-            cut = rng.randrange(n + 1)
-            key = key[:offset] + edge[:cut] + key[offset + cut:]
-        out.append((caches[ps], (edge, key, offset)))
-    return out
+def _child_key_note(args, got, want) -> str:
+    if isinstance(got, list) and isinstance(want, tuple):
+        return " (A tuple: a dict key must be hashable.)"
+    return ""
 
 
-def check_match_len(fn) -> None:
-    """Hidden test of _match_len: exact answers on 400 (edge, key, offset) triples, then the reference tree with
-    the learner's _match_len on the scenarios and random sequences."""
-    reject_reference(fn, "_match_len")
-
-    def pit(self, a, got):
-        edge, key, offset = a
-        n = 0
-        while n < min(len(edge), len(key) - offset) and edge[n] == key[offset + n]:
-            n += 1
-        return "not_rounded" if self.page_size > 1 and got == n else None
-
-    _direct(fn, "_match_len", _match_len_inputs(),
-            want=lambda self, edge, key, offset: RadixCache._match_len(self, edge, key, offset),
-            describe=lambda self, a: (f"_match_len(edge={_show(a[0])}, key={_show(a[1])}, offset={a[2]}) with "
-                                      f"page_size {self.page_size}"),
-            pitfalls=pit)
-    cls = learner_class("YourMatchLen", _match_len=fn)
-    run_cases(cls, "RadixCache with your _match_len", _cases(9, 150), _variants("_match_len"))
+def _norm(keys: tuple[str, ...]):
+    """A driven call's result as compared: its fields ``keys`` and the tree by path, or what it raised, or the
+    call of another exercise it made in a state the reference never made it in."""
+    def norm(raw, args):
+        if not isinstance(raw, dict):
+            raise Shape(f"the driver returned {_short.repr(raw)}")
+        if "problem" in raw:
+            raise Shape(str(raw["problem"]))
+        out = {k: raw[k] for k in ("diverged", *keys) if k in raw}
+        if "raised" in raw:
+            out["raised"] = raw["raised"]
+        out["tree"] = view(raw["state"])
+        return out
+    return norm
 
 
-def check_split_node(fn) -> None:
-    """Hidden test of _split_node: the reference tree with the learner's _split_node, step by step."""
-    reject_reference(fn, "_split_node")
-    cls = learner_class("YourSplitNode", _split_node=fn)
-    run_cases(cls, "RadixCache with your _split_node", _cases(12), _variants("_split_node"))
+def _show_result(v: dict) -> str:
+    if "diverged" in v:
+        return f"(it called {v['diverged']} in a state the reference never calls it in)"
+    if "raised" in v:
+        return f"raised {v['raised']}"
+    if "node" in v:
+        where = _show(v["node"], 16) if isinstance(v["node"], list) else v["node"]
+        return f"{_show(v['result'], 16)}, ending at the node whose path is {where}"
+    if "handle" in v:
+        new = "a new node" if v["new"] else "the node it was given (child itself)"
+        return f"{new} ending at {_show(v['result'])}; child now ends at {_show(v['handle'])}"
+    return str(v.get("result"))
 
 
-def check_match_prefix(fn) -> None:
-    """Hidden test of match_prefix: the reference tree with the learner's match_prefix, step by step."""
-    reject_reference(fn, "match_prefix")
-    cls = learner_class("YourMatchPrefix", match_prefix=fn)
-    run_cases(cls, "RadixCache with your match_prefix", _cases(12), _variants("match_prefix"), _match_prop)
+def _before(args) -> dict | None:
+    return next((a for a in args if isinstance(a, dict) and "nodes" in a), None)
 
 
-def check_insert(fn) -> None:
-    """Hidden test of insert: the reference tree with the learner's insert, step by step."""
-    reject_reference(fn, "insert")
-    cls = learner_class("YourInsert", insert=fn)
-    run_cases(cls, "RadixCache with your insert", _cases(12), _variants("insert"))
+def _replay_of(args) -> dict | None:
+    return next((a for a in args if isinstance(a, dict) and "_split_node" in a), None)
 
 
-_EXERCISES = ("child_key", "_match_len", "_split_node", "match_prefix", "insert")
+def _note(args, got, want) -> str:
+    before = _before(args)
+    lines = []
+    if "diverged" in got:
+        body = "it made a call the reference does not make here"
+        replay = _replay_of(args)
+        entries = list(replay["_split_node"].values()) if replay else []
+        if got["diverged"].startswith("_split_node") and entries:
+            e = entries[0]
+            theirs = view(e["before"])
+            diff = tree_difference(got["tree"], theirs)
+            body = (f"the reference calls _split_node(the node {_show(path_by_id(e['before'], e['child']))}, "
+                    f"{e['split_len']}) in the tree below; " + (f"when yours called, {diff}" if diff else
+                                                                "yours called it in that tree, with other arguments"))
+        elif got["diverged"].startswith("_split_node"):
+            body = "the reference does not split an edge in this call"
+        lines.append(f"First difference: {body}")
+    elif all(got.get(k) == want.get(k) for k in ("raised", "result", "node", "new", "handle")):
+        # what it returned is right (the line above): the tree it left is not
+        lines.append(f"First difference: {tree_difference(got['tree'], want['tree']) or 'the trees differ'}")
+    if before is not None:
+        lines.append("The tree before the call:")
+        lines += [f"    {ln}" for ln in tree_text(before).splitlines()]
+    return "\n" + "\n".join(lines)
 
 
-def your_cache_class(cls) -> type:
-    """The learner's assembled RadixCache, with each method wrapped (reference calls refused)."""
-    if not (isinstance(cls, type) and issubclass(cls, RadixCache)):
-        raise AssertionError(f"RadixCache is {_short.repr(cls)}; run the cell that builds it from your functions")
-    methods = {}
-    for key in _EXERCISES:
-        fn = cls.__dict__.get(key, getattr(cls, key))
-        reject_reference(fn, key)
-        methods[key] = wrap(fn, key)
-    return guarded(type("YourRadixCache", (cls,), methods))
+def path_by_id(state: dict, node_id) -> list:
+    rows = state["nodes"]
+    parent = {j: i for i, r in enumerate(rows) for _, j in r[CHILDREN]}
+    i = next((i for i, r in enumerate(rows) if r[ID] == node_id), 0)
+    parts = []
+    while i in parent:
+        parts.append(rows[i][KEY])
+        i = parent[i]
+    return [t for p in reversed(parts) for t in p]
 
 
-def shared_prompt_skipped(cache_cls: type, n_requests: int = 100, prompt_len: int = 2000) -> int:
-    """The lesson's figure on a RadixCache class: the prefill tokens skipped when n_requests requests sharing
-    a prompt_len-token system prompt are served by the RadixScheduler (cache_unfinished_req / finished)."""
-    from servelab.prefix_compare import run_radix, shared_system_prompt
-    from servelab.radix_scheduler import RadixScheduler
+def _trace_norm(raw, args):
+    if not isinstance(raw, dict) or not ("trace" in raw or "steps" in raw):
+        raise Shape(f"the driver returned {_short.repr(raw)}")
+    return raw
 
-    base = RadixScheduler.cache_class
+
+def _show_run(v: dict) -> str:
+    if "steps" in v:
+        skipped = sum(k for kind, _, cached in v["steps"] if kind == "P" for _, k in cached)
+        return f"{skipped:,} prefill tokens from the cache in {len(v['steps'])} steps"
+    last = v["trace"][-1][1] if v["trace"] else None
+    sizes = f" leaving sizes (evictable, protected, total) {tuple(last)}" if isinstance(last, list) else ""
+    return f"a run of {len(v['trace'])} operations{sizes}"
+
+
+def result_text(result: list) -> str:
+    kind = result[0]
+    if kind == "bad":
+        return result[2]
+    if len(result) > 2 and result[1] == "raised":
+        return f"raised {result[2]}: {result[3]}"
+    if kind == "insert":
+        return f"returned {result[2]}"
+    if kind == "match":
+        if result[1] == "malformed":
+            return result[2]
+        where = _show(result[3], 16) if isinstance(result[3], list) else result[3]
+        text = f"returned {_show(result[2], 16)}, ending at the node whose path is {where}"
+        rest = result[4:]
+        if rest and rest[0] == "lock":
+            text += f"; inc_lock_ref returned {rest[2]}" if rest[1] == "ok" else f"; inc_lock_ref raised {rest[2]}"
+        elif rest and rest[0] == "bad":
+            text += f"; dec_lock_ref {rest[2]}"
+        return text
+    if kind == "unlock":
+        return f"returned {result[2]}" if len(result) > 2 else result[1]
+    if kind == "evict":
+        return f"returned {_show(result[2], 16)}; the allocator was handed {result[3]}"
+    return "done"
+
+
+def _observation_difference(mine: list, theirs: list) -> str:
+    if mine[0] != theirs[0]:
+        return "what the call returned (above)"
+    if mine[1] != theirs[1]:
+        return tree_difference({"sizes": mine[1], "problems": [], "rows": []},
+                               {"sizes": theirs[1], "problems": [], "rows": []}) or "the sizes differ"
+    return tree_difference({"sizes": [], "rows": mine[2], "problems": mine[3]},
+                           {"sizes": [], "rows": theirs[2], "problems": theirs[3]}) or "the trees differ"
+
+
+def trace_note(args, got, want, who: str = "Your RadixCache") -> str:
+    """The first operation at which the learner's run differs from the reference's: the operations before it,
+    the tree before it, both results, the first difference."""
+    work = args[1]
+    if "steps" in want:
+        return _serve_note(got, want)
+    for k, (mine, theirs) in enumerate(zip(got["trace"], want["trace"])):
+        if mine == theirs:
+            continue
+        lines = [f"\n{who} differs from the reference at operation {k} of the workload '{work['label']}' "
+                 f"(page_size {work['page_size']}):"]
+        if k:
+            lines.append("  operations before it (the same on both sides):")
+            if k > 8:
+                lines.append(f"    ... {k - 8} earlier operations")
+            lines += [f"    {j:>3}  {op_text(work['ops'][j])} -> {result_text(want['trace'][j][0])}"
+                      for j in range(max(0, k - 8), k)]
+        lines.append(f"  operation {k}: {op_text(work['ops'][k])}")
+        lines.append("  the tree before it:")
+        rows = want["trace"][k - 1][2] if k else []
+        lines += [f"    {ln}" for ln in rows_text(rows).splitlines()]
+        if mine[0] != theirs[0]:
+            lines.append(f"  yours:         {result_text(mine[0])}")
+            lines.append(f"  the reference: {result_text(theirs[0])}")
+        lines.append(f"First difference: {_observation_difference(mine, theirs)}")
+        return "\n".join(lines)
+    return f"\nYour run has {len(got['trace'])} operations; the reference's {len(want['trace'])}."
+
+
+def _serve_note(got, want) -> str:
+    for k, (mine, theirs) in enumerate(zip(got["steps"], want["steps"])):
+        if mine != theirs:
+            def show(s):
+                pairs = lambda items: " ".join(f"{n}:{t}" for n, t in items)
+                return f"{'prefill' if s[0] == 'P' else 'decode'} {pairs(s[1])} (cached {pairs(s[2])})"
+
+            return f"\nFirst difference at step {k}: yours {show(mine)}; the reference's {show(theirs)}"
+    if "problem" in got:
+        return f"\n{got['problem']}"
+    return f"\nYour run takes {len(got['steps'])} steps; the reference's {len(want['steps'])}."
+
+
+def _at(args) -> str:
+    return f" at {args[0]}"
+
+
+def _split_call(a) -> str:
+    return f"_split_node(the node {_show(path_by_id(a[1], a[2]))}, split_len={a[3]}){_at(a)}"
+
+
+SPECS = {s.name: s for s in [
+    Spec("child_key", ("page_size", "key", "offset"), RadixCache.child_key, _pure_norm, repr,
+         driver=f"{__name__}:drive_child_key", note=_child_key_note,
+         call=lambda a: f"child_key(key={_show(a[1])}, offset={a[2]}) with page_size {a[0]}"),
+    Spec("_match_len", ("page_size", "edge", "key", "offset"), RadixCache._match_len, _pure_norm, repr,
+         driver=f"{__name__}:drive_match_len",
+         call=lambda a: f"_match_len(edge={_show(a[1])}, key={_show(a[2])}, offset={a[3]}) with page_size {a[0]}"),
+    Spec("_split_node", ("where", "state", "child", "split_len", "replay"), RadixCache._split_node,
+         _norm(("result", "new", "handle")), _show_result, driver=f"{__name__}:drive_split_node", note=_note,
+         call=_split_call),
+    Spec("match_prefix", ("where", "state", "key", "replay"), RadixCache.match_prefix,
+         _norm(("result", "node")), _show_result, driver=f"{__name__}:drive_match_prefix", note=_note,
+         call=lambda a: f"match_prefix({_show(a[2])}){_at(a)}"),
+    Spec("insert", ("where", "state", "key", "value", "replay"), RadixCache.insert, _norm(("result",)),
+         _show_result, driver=f"{__name__}:drive_insert", note=_note,
+         call=lambda a: f"insert({_show(a[2])}, {_show(a[3])}){_at(a)}"),
+    Spec("RadixCache", ("where", "workload"), RadixCache, _trace_norm, _show_run,
+         driver=f"{__name__}:drive_radix_cache", note=trace_note,
+         call=lambda a: f"your RadixCache on the workload '{a[0]}'"),
+]}
+
+
+VISIBLE = {"child_key": child_key_cases, "_match_len": match_len_cases,
+           "RadixCache": lambda: [*cases_of("RadixCache", lesson_workloads()), (LESSON_SERVE["label"], LESSON_SERVE)]}
+
+
+def visible_cases(name: str) -> list[tuple]:
+    return VISIBLE[name]() if name in VISIBLE else cases_of(name, lesson_workloads())
+
+
+def diagnose(exercise: str, fn) -> str:
+    """What is wrong with the learner's ``fn`` (their method, or their RadixCache class for ``"radix_cache"``) on
+    the lesson's workloads, in their terms, for a visible assert's message. Never raises."""
+    name = "RadixCache" if exercise == "radix_cache" else exercise
     try:
-        RadixScheduler.cache_class = cache_cls
-        run = run_radix(shared_system_prompt(n_requests, prompt_len, max_tokens=2), cache_tokens=8192)
-    finally:
-        RadixScheduler.cache_class = base
-    return run.skipped
+        cases = visible_cases(name)
+    except Exception as e:  # noqa: BLE001 - a message, whatever happens
+        return f"{exercise}: the check itself failed ({type(e).__name__}: {e})"
+    for args in cases:
+        msg = spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+        if not msg.endswith("is correct on this input"):
+            return msg
+    return f"{exercise} agrees with the reference on the lesson's workloads: the failing assert checks something else"
 
 
-def check_radix_cache(cls) -> None:
-    """Hidden test of the assembled RadixCache (all five methods the learner wrote): the whole class step by step
-    against the reference on every exercise's sequences, then the lesson's figure served through it. When the
-    class differs from the reference, each exercise's own check runs to name the method (and the pitfall)."""
-    your = your_cache_class(cls)
-    try:
-        run_cases(your, "Your RadixCache", _cases(12))
-    except AssertionError as combined:
-        for key, check in (("child_key", check_child_key), ("_match_len", check_match_len),
-                           ("_split_node", check_split_node), ("match_prefix", check_match_prefix),
-                           ("insert", check_insert)):
-            check(cls.__dict__.get(key, getattr(cls, key)))
-        raise combined from None
-    with time_limit(_CASE_SECONDS * 3, "serving 100 requests through your RadixCache"):
-        try:
-            skipped = shared_prompt_skipped(your)
-        except AssertionError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(f"serving 100 requests through your RadixCache raised {type(e).__name__}: {e}") \
-                from None
-    if skipped != 99 * 2000:
-        raise AssertionError(f"100 requests sharing a 2000-token system prompt skipped {skipped} prefill tokens "
-                             "through your RadixCache; the lesson's figure is 99 * 2000 = 198,000")
-
-
-# --------------------------------------------------------------------------------------------------------
-# the drills of "Say it in the interview"
-
-
-def _drill_skipped() -> int:
-    cache = RadixCache()
-    prompt = list(range(1000, 2500))                    # a 1500-token system prompt
-    skipped = 0
-    next_kv = 0
-    for i in range(200):
-        key = prompt + [50_000 + i, 7, 7]               # each request's own question
-        indices, _ = cache.match_prefix(key[:-1])
-        skipped += len(indices)
-        cache.insert(key, range(next_kv, next_kv + len(key)))
-        next_kv += len(key)
-    return skipped
-
-
-def _drill_mib() -> int:
-    return int(1500 * LLAMA2_7B.kv_bytes_per_token // (KiB * KiB))
-
-
-def _drill_block_vs_radix() -> int:
-    prompt = list(range(1000, 2000))
-    first, second = prompt + [7] * 20, prompt + [9] * 50
-    bm = BlockManager(num_blocks=64, block_size=256)
-    seq = NanoSequence(first, block_size=256)
-    bm.allocate(seq, bm.can_allocate(seq))
-    seq.num_scheduled_tokens = len(first)
-    bm.hash_blocks(seq)
-    bm.deallocate(seq)
-    block_hits = bm.can_allocate(NanoSequence(second, block_size=256)) * 256
-    cache = RadixCache()
-    cache.insert(first, range(len(first)))
-    radix_hits = len(cache.match_prefix(second[:-1])[0])
-    return radix_hits - block_hits
-
-
-# name -> (question, expected value computed by the reference, {wrong answer: hint})
-DRILLS = {
-    "drill_1": ("number of prefill tokens the radix cache skips for 200 requests sharing a 1500-token system "
-                "prompt", _drill_skipped,
-                {300000: "The first request computes the system prompt: only the other 199 skip it."}),
-    "drill_2": ("number of MiB of KV one copy of that 1500-token prompt takes in LLaMA-2-7B (fp16, 512 KiB per "
-                "token)", _drill_mib,
-                {768000: "That is KiB: divide by 1024 once more.",
-                 150000: "512 KiB per token is half a MiB: 1500 tokens are 750 MiB."}),
-    "drill_3": ("number of extra prompt tokens the radix cache (page size 1) reuses compared with a block-hash "
-                "cache with 256-token blocks, for a 1000-token system prompt followed by the request's own tokens",
-                _drill_block_vs_radix,
-                {1000: "The question asks for the difference: the block cache reuses whole blocks only.",
-                 768: "The question asks for the difference: the block cache reuses whole blocks only.",
-                 24: "Blocks of 256: the block cache reuses 3 whole blocks (768 tokens), not 1024 - 24."}),
-}
-
-
-def check_drills(answers) -> None:
-    """Hidden test of the drills. ``answers``: a mapping with ``drill_1``..``drill_3`` or the three values in
-    order."""
-    common.check_whole_number_drills(answers, DRILLS, _short)
-
-
-# --------------------------------------------------------------------------------------------------------
-# messages for visible asserts
-
-_CHECKS = {
-    "child_key": check_child_key,
-    "_match_len": check_match_len,
-    "_split_node": check_split_node,
-    "match_prefix": check_match_prefix,
-    "insert": check_insert,
-    "radix_cache": check_radix_cache,
-}
-
-
-def diagnose(exercise: str, obj) -> str:
-    """What the hidden check of ``exercise`` says about ``obj`` (the learner's function, or their RadixCache
-    class for ``"radix_cache"``), without raising. Meant as a visible assert's message."""
-    return common.diagnose(_CHECKS, exercise, obj, "the reference on every sequence of the checks")
-
+__all__ = ["ASSIGNMENT", "SPECS", "build", "cases_of", "diagnose", "lesson_workloads", "record", "snapshot", "view",
+           "workload"]
