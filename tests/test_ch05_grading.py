@@ -1,71 +1,79 @@
-"""Chapter 05's graders: the solution passes every check, every known-wrong submission fails with its pitfall.
+"""Chapter 05 is graded from its table (servelab_autograder/checks/ch05.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
-Unit-level and fast, on the solution notebook run cell by cell (tests/grading_harness.py; matplotlib on Agg);
-nbgrader grades the same cells as whole submissions in the slower autograde tests.
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch05_lock_ref_eviction/*.diff) still applies to the solution,
+  loses exactly the cells it lists, and names its pitfall on the first line of each;
+- the tree's methods are driven on states taken from the reference tree's runs, cache_finished_req on scheduler
+  states taken where the reference scheduler finishes or preempts a request; its call of dec_lock_ref is answered
+  from the reference run's replay, and a call in another state is told so; with the chapter's references removed
+  from the library (as in the sandbox), the drivers still run a learner's code and its answers still pass;
+- what stays reachable (cache_unfinished_req) does not make a cache_finished_req that passes;
+- the visible asserts' messages name the call, the state and the pitfall (through the atlas, which is fresh).
 """
 
 from __future__ import annotations
 
 import heapq
-import re
+import json
+import subprocess
+import sys
 import textwrap
 
-import matplotlib
+import nbformat
 import pytest
-from grading_harness import Notebook, caught_under_python_O
+from grading_harness import Notebook, python_source
 
-matplotlib.use("Agg")
+from servelab.radix_cache import RadixCache
+from servelab.radix_scheduler import RadixScheduler
+from servelab_autograder import ch04, ch05, known_wrong, plain, release, verdicts
+from servelab_autograder.checks import ch05 as table
+from servelab_autograder.spec import atlas_path
 
-from servelab.radix_cache import RadixCache  # noqa: E402
-from servelab.radix_scheduler import RadixScheduler  # noqa: E402
-from servelab_autograder import ch04, ch05  # noqa: E402
-
-NB = Notebook("ch05_lock_ref_eviction")
-
-# test cell -> how its hidden block's helper is called on the notebook's namespace
-HELPERS = {
-    "test_inc_lock_ref": lambda ns: ch05.check_inc_lock_ref(ns["inc_lock_ref"]),
-    "test_dec_lock_ref": lambda ns: ch05.check_dec_lock_ref(ns["dec_lock_ref"]),
-    "test_evict": lambda ns: ch05.check_evict(ns["evict"]),
-    "test_cache_finished_req": lambda ns: ch05.check_cache_finished_req(ns["cache_finished_req"]),
-    "test_scheduler": lambda ns: ch05.check_scheduler(ns["RadixScheduler"]),
-    "test_drills": lambda ns: ch05.check_drills([ns["drill_1"], ns["drill_2"], ns["drill_3"]]),
-}
-# the pitfalls the issue requires among this chapter's known-wrong submissions
-REQUIRED = ("emptied parents not evicted in the same call", "evicting a locked node",
-            "forgot to unlock on finish or preemption", "sizes double-counted")
+ROOT = release.repo_root()
+A = "ch05_lock_ref_eviction"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
+PATCHES = known_wrong.pitfalls(ROOT, A)
+SEEDS = (0, 20261201)
 
 
-# --------------------------------------------------------------------------------------------------------
-# the notebook's shape
+def solution(name: str | None = None) -> dict:
+    return dict(PITFALLS.namespace(name))
 
 
-def test_notebook_follows_the_authoring_conventions():
-    NB.assert_servelab_kernel()
-    solutions = NB.solution_ids()
+def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
+    return verdicts.grade_namespace(CHAPTER, ns, seed, pitfalls=PITFALLS, cells=cells)
+
+
+def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
+    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
+
+
+# ------------------------------------------------------------------------------------------------
+# the notebook and the table
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
     tests = NB.test_cells()
-    assert solutions == ["inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req", "drills"]
-    assert set(tests) == set(HELPERS)
+    assert set(CHAPTER.cells) == set(tests)
+    assert NB.solution_ids() == ["inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req", "drills"]
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_inc_lock_ref": 1, "test_dec_lock_ref": 1, "test_evict": 3, "test_cache_finished_req": 2,
         "test_scheduler": 2, "test_drills": 3}
-    for c, meta, source in NB.conventional_code_cells():
-        if meta.get("solution"):
-            assert c["metadata"].get("tags", []) == (["raises-exception"] if meta["grade_id"] == "drills" else [])
-        elif meta.get("grade"):
-            hidden = source.split("### BEGIN HIDDEN TESTS")[1]
-            assert "### END HIDDEN TESTS" in hidden
-            assert f"_grade.check_{meta['grade_id'][len('test_'):]}(" in hidden
-        if meta.get("grade") or meta.get("solution"):
-            assert c.get("outputs") == [], meta["grade_id"]
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
+    classes = {"servelab.radix_cache": RadixCache, "servelab.radix_scheduler": RadixScheduler}
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        cls, method = name.split(".")
+        assert classes[module].__name__ == cls and callable(getattr(classes[module], method)), ref
 
 
-def test_saved_outputs_are_deterministic_text_and_png_only():
-    pngs = 0
-    for text, png in NB.saved_outputs():
-        pngs += png
-        assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
-    assert pngs >= 1
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
 def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
@@ -76,113 +84,105 @@ def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
     assert "fcfs: admission order H0 L H1" in text and "lpm: admission order H0 H1 H2 H3 H4 L" in text
 
 
-# --------------------------------------------------------------------------------------------------------
-# the solution passes
+# ------------------------------------------------------------------------------------------------
+# the solution passes, the stubs fail, every patch loses exactly its cells
 
 
-@pytest.mark.parametrize("test_cell", sorted(HELPERS))
-def test_solution_passes_every_check(test_cell):
-    HELPERS[test_cell](NB.solution_namespace())
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    assert failing(solution(), seed) == {}
 
 
-def test_solution_passes_every_test_cell():
-    NB.assert_solution_passes_every_test_cell(HELPERS)
+def test_the_solution_passes_every_visible_test_cell():
+    ns = NB.namespace()
+    for gid in NB.test_cells():
+        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
 
 
-# --------------------------------------------------------------------------------------------------------
-# every known-wrong submission fails, with its pitfall's name
+def test_the_released_stubs_fail_every_graded_cell():
+    nb = nbformat.read(release.release_notebook(ROOT, A), as_version=4)
+    ns: dict = {}
+    exec(CHAPTER.prelude, ns)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in known_wrong.solution_cells(nb) or gid in CHAPTER.setup:
+            try:
+                exec(cell.source, ns)
+            except NotImplementedError:
+                pass   # the drills cell raises at once
+    got = failing(ns)
+    assert set(got) == set(CHAPTER.cells)
+    for message in got.values():
+        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
 
 
-def test_there_is_a_known_wrong_for_every_pitfall_the_chapter_names():
-    NB.assert_a_known_wrong_per_pitfall(HELPERS, ch05.PITFALLS, at_least=5, required=REQUIRED)
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    patched = patch.apply(PITFALLS.solution)
+    assert patched != PITFALLS.solution
+    ns = solution(patch.name)
+    # a cell whose functions the patch leaves as they are grades as the solution does (proved above); the
+    # scheduler's cell sees a patch of a cache method through its cache_class
+    changed = verdicts.changed_cells(CHAPTER, ns, solution())
+    assert set(patch.fails) <= set(changed)
+    got = failing(ns, cells=changed)
+    assert sorted(got) == sorted(patch.fails), got
+    for cell, message in got.items():
+        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
+        assert patch.says.lower() in message.lower()
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_fails_its_checks_with_its_message(name):
-    NB.assert_known_wrong_fails_its_checks(name, HELPERS)
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    listed = NB.pitfalls_text()
+    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
+    for p in PATCHES:
+        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+        assert set(p.fails) <= set(CHAPTER.cells)
+    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution) - {"drills"}
+    assert len({p.message for p in PATCHES}) == len(PATCHES)
 
 
-@pytest.mark.parametrize("name", NB.known_wrong_names)
-def test_known_wrong_loses_exactly_the_points_of_FAILS(name):
-    """The test cells themselves: those in FAILS fail and show MESSAGE; the others it can affect pass."""
-    NB.assert_known_wrong_loses_exactly_the_points_of_fails(name)
+# ------------------------------------------------------------------------------------------------
+# the messages
 
 
-def test_dependencies_between_cells_are_what_the_chapter_says():
-    for grade_id in ("inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req"):
-        assert NB.affected_tests({grade_id}) == [f"test_{grade_id}", "test_scheduler"]
-    assert NB.affected_tests({"drills"}) == ["test_drills"]
+def test_a_tree_method_message_names_the_call_the_tree_and_the_difference():
+    text = failing(solution("lock_only_node"), cells=["test_inc_lock_ref"])["test_inc_lock_ref"]
+    lines = text.splitlines()
+    assert lines[0].startswith("Pitfall: the lock did not walk up to the root")
+    assert lines[1] == ("inc_lock_ref(the node [1, 2, 4, 5]) at operation 3 of 'the lesson's locks and eviction' "
+                        "(page_size 1) returned -2; expected -4.")
+    assert "The tree before the call:\n    root r=1 t=" in text and "[4, 5] kv=[15, 16] r=0" in text
 
 
-# --------------------------------------------------------------------------------------------------------
-# the checks: scenarios, the reference refused, learner errors, drills
+def test_a_cache_finished_req_message_shows_the_pool_and_the_request():
+    text = failing(solution("finish_no_dup_free"), cells=["test_cache_finished_req"])["test_cache_finished_req"]
+    assert text.splitlines()[1].startswith("cache_finished_req(B) at step ")
+    assert "First difference: the pool has " in text and "Free in the reference's pool but not in yours: [" in text
+    assert "Before the call: B has 12 prompt tokens and 4 generated, kv_indices [" in text
+    # a counter left as it was is read from the state the driver returns
+    text = failing(solution("finish_keeps_counters"), cells=["test_cache_finished_req"])["test_cache_finished_req"]
+    assert "First difference: afterwards req.num_cached_tokens is " in text and "the reference's is 0" in text
 
 
-def test_cache_scenarios_cover_every_operation_and_the_scheduler_workloads_evict_and_preempt():
-    cases = ch05._cache_cases(12)
-    assert {op.kind for case in cases for op in case.ops} == set(ch04._OPS)
-    preempted = evicted = lpm = paged = 0
-    for case in ch05._sched_cases(40):
-        side = ch05._SchedSide(case, RadixScheduler)
-        trace_tokens = 0
-        while True:
-            obs = ch05._sched_step(side)
-            if obs == ("done",):
-                break
-            assert obs[0] != "raised", obs
-            trace_tokens += 1
-        preempted += sum(len(r.preempted) for r in side.engine.trace)
-        evicted += any(r.evictable < p.evictable and not r.is_prefill
-                       for p, r in zip(side.engine.trace, side.engine.trace[1:]))
-        lpm += case.policy == "lpm"
-        paged += case.page_size > 1
-    assert preempted >= 10 and evicted >= 10 and lpm >= 10 and paged >= 10
-
-
-def test_calling_the_reference_is_refused():
-    with pytest.raises(AssertionError, match="is servelab.radix_cache.RadixCache.evict itself"):
-        ch05.check_evict(RadixCache.evict)
-    with pytest.raises(AssertionError, match="is servelab.radix_scheduler.RadixScheduler.cache_finished_req itself"):
-        ch05.check_cache_finished_req(RadixScheduler.cache_finished_req)
-    ns = {}
+def test_a_scheduler_message_names_the_step_the_workload_and_the_difference():
+    ns = solution()
     exec(textwrap.dedent("""
-        import servelab.radix_cache
-        import servelab.radix_scheduler
-
-        def via_module(self, node):
-            return servelab.radix_cache.RadixCache.inc_lock_ref(self, node)
-
-        def hook(self, req):
-            servelab.radix_scheduler.RadixScheduler.cache_finished_req(self, req)
+        class RadixScheduler(servelab.radix_scheduler.RadixScheduler):
+            cache_class = RadixCache
+            cache_finished_req = cache_finished_req
+            def cache_finished_req(self, req):      # frees nothing and unlocks: the pool runs dry
+                self.tree_cache.dec_lock_ref(req.last_node)
     """), ns)
-    with pytest.raises(AssertionError, match="your inc_lock_ref calls servelab.radix_cache.RadixCache.inc_lock_ref"):
-        ch05.check_inc_lock_ref(ns["via_module"])
-    called = "your cache_finished_req calls servelab.radix_scheduler.RadixScheduler.cache_finished_req"
-    with pytest.raises(AssertionError, match=called):
-        ch05.check_cache_finished_req(ns["hook"])
+    text = failing(ns, cells=["test_scheduler"])["test_scheduler"]
+    assert "Your RadixScheduler (your locks, eviction and cache_finished_req) differs from the reference at " \
+           "step" in text
+    assert "RadixScheduler(pool_size=32, max_prefill_tokens=64, max_running_requests=3, page_size=1" in text
+    assert "First difference: " in text
 
 
-def test_learner_errors_and_stubs_are_reported_in_their_terms():
-    def evict(self, num_tokens):
-        raise NotImplementedError()
-
-    with pytest.raises(AssertionError, match="raised NotImplementedError: fill in the function first"):
-        ch05.check_evict(evict)
-
-    def cache_finished_req(self, req):
-        raise NotImplementedError()
-
-    with pytest.raises(AssertionError, match="raised NotImplementedError: fill in the function first"):
-        ch05.check_cache_finished_req(cache_finished_req)
-
-    def leaky(self, req):                 # frees nothing and unlocks: the pool runs dry
-        self.tree_cache.dec_lock_ref(req.last_node)
-
-    with pytest.raises(AssertionError, match="differs from the reference at step"):
-        ch05.check_cache_finished_req(leaky)
-
-
-def test_an_eviction_of_a_locked_node_is_named_even_when_the_code_differs():
+def test_an_eviction_of_a_locked_node_is_shown_even_when_the_code_differs():
     """Not the known-wrong's code: all leaves, locked or not, from a walk of the tree."""
     def evict(self, num_tokens):
         if num_tokens < 0:
@@ -206,26 +206,160 @@ def test_an_eviction_of_a_locked_node_is_named_even_when_the_code_differs():
                 heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
         return freed
 
-    with pytest.raises(AssertionError) as info:
-        ch05.check_evict(evict)
-    assert str(info.value).startswith("Pitfall: evicting a locked node")
+    text = ch05.diagnose("evict", evict)
+    assert "which is locked (lock_ref 1): evict takes only nodes with lock_ref == 0" in text
 
 
-def test_drills_are_computed_by_the_reference_and_wrong_answers_get_hints():
-    ns = NB.solution_namespace()
-    answers = [ns["drill_1"], ns["drill_2"], ns["drill_3"]]
-    assert answers == [int(q[1]()) for q in ch05.DRILLS.values()] == [27, 370, 30]
-    with pytest.raises(AssertionError, match="That is first come, first served"):
-        ch05.check_drills([3, answers[1], answers[2]])
-    with pytest.raises(AssertionError, match="Unlocked tokens in the tree are room too"):
-        ch05.check_drills([answers[0], 170, answers[2]])
-    with pytest.raises(AssertionError, match="evict frees whole nodes"):
-        ch05.check_drills({"drill_1": answers[0], "drill_2": answers[1], "drill_3": 25})
+def test_visible_messages_name_the_pitfall_through_the_atlas():
+    for name, exercise in [("unlock_no_check", "dec_lock_ref"), ("evict_order", "evict"),
+                           ("finish_prompt_only", "cache_finished_req")]:
+        fn = solution(name)[exercise]
+        patch = next(p for p in PATCHES if p.name == name)
+        assert ch05.diagnose(exercise, fn).splitlines()[0] == patch.message
+        assert ch05.diagnose(exercise, solution()[exercise]).startswith(f"{exercise} agrees with the reference")
+    text = ch05.diagnose("scheduler", solution("finish_no_unlock")["RadixScheduler"])
+    assert text.startswith("Pitfall: forgot to unlock on finish or preemption")
+    assert ch05.diagnose("scheduler", solution()["RadixScheduler"]).startswith("scheduler agrees")
 
 
-def test_checks_do_not_rely_on_assert_statements():
-    """Under python -O the checks still fail a wrong submission and pass the right one."""
-    wrong = NB.known_wrong("finish_no_unlock").REPLACE["cache_finished_req"]
-    out = caught_under_python_O("ch05", "check_cache_finished_req", "cache_finished_req",
-                                NB.source("cache_finished_req"), wrong)
-    assert "caught: Pitfall: forgot to unlock on finish or preemption" in out
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+
+# ------------------------------------------------------------------------------------------------
+# the state, the replay, the drivers
+
+
+def test_states_build_back_to_themselves_and_drivers_leave_their_arguments():
+    for name in ("inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req"):
+        for args in ch05.visible_cases(name)[:6]:
+            before = json.dumps(plain.encode(list(args)))
+            ch05.SPECS[name].expected(args)
+            assert json.dumps(plain.encode(list(args))) == before, name
+            if name == "cache_finished_req":
+                assert ch05.sched_state(*ch05.build_sched(args[1])) == args[1]
+            else:
+                assert ch04.snapshot(ch04.build(args[1])) == args[1]
+
+
+def test_the_replay_answers_only_the_reference_runs_calls():
+    where, state, replay = ch05.visible_cases("cache_finished_req")[0]
+
+    def replaying():
+        sch, req = ch05.build_sched(state)
+        ch05.with_unlock_replay(sch.tree_cache, replay)
+        return sch, req
+
+    sch, req = replaying()
+    with pytest.raises(ch04.Diverged, match=r"dec_lock_ref\(the node"):
+        sch.tree_cache.dec_lock_ref(req.last_node)      # before the insert: a state the reference never unlocks in
+    sch, req = replaying()
+    kv = req.kv_indices
+    aligned = len(kv) - len(kv) % sch.page_size
+    sch.tree_cache.insert(req.token_ids[:len(kv)][:aligned], kv[:aligned])
+    entry = next(iter(replay["dec_lock_ref"].values()))
+    assert sch.tree_cache.dec_lock_ref(req.last_node) == entry["result"]    # as the reference: answered
+    assert ch04.snapshot(sch.tree_cache) == entry["after"]
+
+
+def test_what_stays_reachable_does_not_make_a_cache_finished_req():
+    """cache_unfinished_req (not blocked: the scheduler calls it after every prefill) inserts, frees duplicates and
+    moves a lock, but it re-matches the prompt first: built on it, the hook neither unlocks in the reference's
+    state nor leaves the reference's tree."""
+    ns = solution()
+    exec(textwrap.dedent("""
+        def cache_finished_req(self, req):
+            self.cache_unfinished_req(req)
+            self.tree_cache.dec_lock_ref(req.last_node)
+            self.token_to_kv_pool_allocator.free(req.kv_indices[len(req.prefix_indices):])
+            req.kv_indices, req.prefix_indices, req.last_node = [], [], None
+            req.num_cached_tokens = req.num_scheduled_tokens = 0
+
+        class RadixScheduler(servelab.radix_scheduler.RadixScheduler):
+            cache_class = RadixCache
+            cache_finished_req = cache_finished_req
+    """), ns)
+    assert set(failing(ns, cells=["test_cache_finished_req", "test_scheduler"])) == {"test_cache_finished_req",
+                                                                                     "test_scheduler"}
+
+
+def test_the_workloads_evict_preempt_and_cover_every_operation():
+    import random
+
+    work = ch05.random_request_workloads(random.Random(3), 40)
+    runs = [ch05.run_scheduler(RadixScheduler, w) for w in work]
+    assert not [r["problem"] for r in runs if "problem" in r]
+    preempted = sum(len(obs[0][3]) for r in runs for obs in r["trace"])
+    evicted = sum(any(b[4][0] < a[4][0] and b[0][0] == "D" for a, b in zip(r["trace"], r["trace"][1:])) for r in runs)
+    assert preempted >= 10 and evicted >= 10
+    assert sum(w["config"]["policy"] == "lpm" for w in work) >= 10
+    assert sum(w["config"]["page_size"] > 1 for w in work) >= 10
+    finishing = ch05.cases_of("cache_finished_req", work)
+    assert sum(", preempting " in c[0] for c in finishing) >= 10
+    # the locks' and eviction's own: every operation but a bad insert (chapter 04's)
+    assert {op[0] for w in ch05.lock_workloads() for op in w["ops"]} == set(ch04.OPS) - {"bad_insert"}
+
+
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_cache_finished_req"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+
+
+def test_drills_name_a_wrong_count_and_want_whole_numbers():
+    assert [d.expected() for d in CHAPTER.drills.drills] == [27, 370, 30]
+    ns = {**solution(), "drill_1": 3}
+    assert "That is first come, first served" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_2": 170}
+    assert "Unlocked tokens in the tree are room too" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_3": 25.0}
+    assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
+    """What the sandbox shows: servelab without this chapter's references. The solution's methods, driven there
+    on the grader's requests, come back with answers the trusted side accepts; the references raise."""
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    cells = [c for c in CHAPTER.cells if c != "test_drills"]
+    requests = {c: verdicts.request(CHAPTER, c, 7) for c in cells}
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    sources = [PITFALLS.solution[g] if g in PITFALLS.solution else PITFALLS.setup[g] for g in PITFALLS.order]
+    (tmp_path / "solution.json").write_text(json.dumps(sources))
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
+        import servelab.radix_cache as r
+        import servelab.radix_scheduler as s
+        blocked = []
+        for fn in (r.RadixCache.inc_lock_ref, r.RadixCache.dec_lock_ref, r.RadixCache.evict,
+                   s.RadixScheduler.cache_finished_req):
+            try:
+                fn(None, None)
+            except RuntimeError as e:
+                blocked.append(str(e))
+        from servelab_autograder import probe
+        ns = {{}}
+        exec({CHAPTER.prelude!r}, ns)
+        for source in json.load(open({str(tmp_path / "solution.json")!r})):
+            exec(source, ns)
+        requests = json.load(open({str(tmp_path / "requests.json")!r}))
+        print(json.dumps({{"blocked": blocked, "replies": {{c: probe.answer(r, ns) for c, r in requests.items()}}}}))
+    """)
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    assert len(out["blocked"]) == 4 and all("not available while grading" in b for b in out["blocked"])
+    for cell in cells:
+        v = verdicts.judge(CHAPTER, cell, 7, out["replies"][cell], PITFALLS)
+        assert v.passed, (cell, v.message)
+
+
+def test_a_step_that_evicts_for_ever_is_stopped():
+    """dec_lock_ref that double-counts leaves evictable_size() > 0 with nothing to evict: the scheduler's decode
+    loop would evict for ever; the driver stops the step and says why."""
+    cls = solution("unlock_double_count")["RadixScheduler"]
+    runs = [ch05.run_scheduler(cls, w) for w in ch05.request_workloads()]
+    assert any("evict was called 1000 times in one step" in r.get("problem", "") for r in runs)

@@ -633,6 +633,26 @@ def drive_radix_cache(cls, where: str, work: dict) -> dict:
     return {"trace": run_ops(cache, work["ops"])}
 
 
+MAX_EVICTS = 1000          # evict calls in one scheduler step; the reference makes at most a few
+
+
+class RunAway(Exception):
+    """A scheduler step that calls evict again and again: its decode loop evicts while evictable_size() > 0, so
+    sizes that say tokens are evictable when no leaf is would loop for ever."""
+
+
+def counted(cache_class: type) -> type:
+    """``cache_class`` with evict refusing to be called more than MAX_EVICTS times between two resets of
+    ``evict_calls`` (one per step)."""
+    def evict(self, num_tokens):
+        self.evict_calls += 1
+        if self.evict_calls > MAX_EVICTS:
+            raise RunAway(f"evict was called {MAX_EVICTS} times in one step (evictable_size() is "
+                          f"{self.evictable_size()}, yet nothing is freed?)")
+        return cache_class.evict(self, num_tokens)
+    return type(cache_class.__name__, (cache_class,), {"evict": evict, "evict_calls": 0})
+
+
 def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
     """The lesson's figure through a RadixCache class: ``n_requests`` requests sharing a ``prompt_len``-token
     system prompt served by the RadixScheduler; every step's batch and hits."""
@@ -640,9 +660,16 @@ def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
     from servelab.radix_scheduler import RadixEngine, RadixScheduler, Req
 
     workload = prefix_compare.shared_system_prompt(n_requests, prompt_len, max_tokens=2)
-    scheduler = type("Scheduler", (RadixScheduler,), {"cache_class": guarded(cls)})
+    scheduler = type("Scheduler", (RadixScheduler,), {"cache_class": counted(guarded(cls))})
     sch = scheduler(pool_size=cache_tokens, max_prefill_tokens=prefix_compare._budget(workload, None))
     engine = RadixEngine(sch, check=False)
+    step = engine.step
+
+    def counted_step():
+        sch.tree_cache.evict_calls = 0
+        return step()
+
+    engine.step = counted_step
     try:
         prefix_compare._drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
     except NotImplementedError:

@@ -152,9 +152,12 @@ def _specs(ex: Exercise) -> list[Spec]:
 
 def _code(fn):
     """What a patch changes: a function's code object (a Triton kernel's is its Python function's, ``.fn``), or,
-    for a class built from the answers, its methods'."""
+    for a class built from the answers, its methods', and those of a class built beside it that it names (a
+    scheduler's ``cache_class``)."""
     if isinstance(fn, type):
-        return tuple(sorted((k, v.__code__) for k, v in vars(fn).items() if hasattr(v, "__code__")))
+        return tuple(sorted((k, _code(v) if isinstance(v, type) else v.__code__) for k, v in vars(fn).items()
+                            if hasattr(v, "__code__") or (isinstance(v, type) and v is not fn
+                                                          and v.__module__ == fn.__module__)))
     return getattr(getattr(fn, "fn", fn), "__code__", None)
 
 
