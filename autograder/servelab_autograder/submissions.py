@@ -6,8 +6,7 @@ writes ``DIR/<student>/<assignment>/<assignment>.ipynb`` for every chapter (or t
 
     solution              the released notebook with every solution cell filled in (a perfect learner)
     stubs                 the released notebook, untouched
-    wrong-<pitfall>       the solution with autograder/known_wrong/<a>/<pitfall>.diff applied (or, for a chapter
-                          not yet graded from a table, <pitfall>.py's REPLACE)
+    wrong-<pitfall>       the solution with autograder/known_wrong/<a>/<pitfall>.diff applied
     tamper-<kind>         malformed JSON, another chapter's notebook, a renamed function, an endless loop
                           that swallows KeyboardInterrupt, os._exit(0), a deleted / edited / duplicated /
                           metadata-stripped test cell
@@ -24,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import importlib.util
 import json
 import re
 import sys
@@ -34,8 +32,6 @@ import nbformat
 
 from servelab_autograder import known_wrong as known_wrong_patches
 from servelab_autograder.release import chapters, release_notebook, repo_root, source_notebook
-
-KNOWN_WRONG = "autograder/known_wrong"
 
 SWALLOWING_LOOP = """\
 while True:  # tamper: an endless loop that also swallows the grader's KeyboardInterrupt
@@ -164,45 +160,17 @@ def affected_tests(assignment: str, broken: set[str], root: Path | None = None) 
 # known-wrong submissions
 
 
-def load_pitfall(path: Path, release_nb) -> dict:
-    """Read a known_wrong module and check it against the release."""
-    spec = importlib.util.spec_from_file_location(f"_known_wrong_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    solution_ids = {grade_id(c) for c in release_nb.cells if is_solution(c)}
-    test_ids = {grade_id(c) for c in release_nb.cells if is_test(c)}
-    replace = getattr(module, "REPLACE", None)
-    fails = list(getattr(module, "FAILS", []))
-    message = getattr(module, "MESSAGE", "")
-    if not isinstance(replace, dict) or not replace or not all(isinstance(v, str) for v in replace.values()):
-        raise ValueError(f"{path}: REPLACE must be a non-empty dict grade_id -> source")
-    if set(replace) - solution_ids:
-        raise ValueError(f"{path}: REPLACE names unknown solution cells {sorted(set(replace) - solution_ids)}")
-    if set(fails) - test_ids or not fails:
-        unknown = sorted(set(fails) - test_ids)
-        raise ValueError(f"{path}: FAILS must list test cells of the chapter (unknown: {unknown})")
-    if not isinstance(message, str) or not message:
-        raise ValueError(f"{path}: MESSAGE must be a non-empty string")
-    doc = (module.__doc__ or path.stem).strip().splitlines()[0]
-    return {"name": path.stem, "replace": replace, "fails": fails, "message": message, "description": doc}
-
-
 def pitfalls(assignment: str, root: Path | None = None) -> list[dict]:
     """The chapter's known-wrong submissions: its patches (``*.diff``, see servelab_autograder.known_wrong)
-    applied to the solution, or, for a chapter not yet graded from a table, its ``*.py`` REPLACE modules."""
+    applied to the solution."""
     root = root or repo_root()
-    folder = root / KNOWN_WRONG / assignment
-    patches = known_wrong_patches.pitfalls(root, assignment)
-    if patches:
-        answers = solution_code(assignment, root)
-        out = []
-        for p in patches:
-            patched = p.apply(answers)
-            out.append({"name": p.name, "replace": {gid: patched[gid] for gid in p.cells}, "fails": list(p.fails),
-                        "message": p.says, "description": p.message})
-        return out
-    release_nb = load_release(assignment, root)
-    return [load_pitfall(p, release_nb) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+    answers = solution_code(assignment, root)
+    out = []
+    for p in known_wrong_patches.pitfalls(root, assignment):
+        patched = p.apply(answers)
+        out.append({"name": p.name, "replace": {gid: patched[gid] for gid in p.cells}, "fails": list(p.fails),
+                    "message": p.says, "description": p.message})
+    return out
 
 
 def known_wrong(assignment: str, root: Path | None = None) -> dict[str, tuple]:
