@@ -228,6 +228,44 @@ def test_every_pitfall_is_one_patch_named_in_the_chapter():
     assert {"decode_max_init_zero", "merge_max_init_zero"} <= {p.name for p in PATCHES}
 
 
+UNSEEN = [known_wrong.load(p) for p in sorted((known_wrong.folder(ROOT, A) / "unseen").glob("*.diff"))]
+
+
+@functools.cache
+def _unseen(name: str) -> dict:
+    """The solution with an unseen/ patch applied, run as a learner's namespace."""
+    cells = next(p for p in UNSEEN if p.name == name).apply(PITFALLS.solution)
+    ns: dict = {"__name__": f"__unseen_{name}__"}
+    exec(CHAPTER.prelude, ns)
+    for gid in PITFALLS.order:
+        exec(compile({**cells, **PITFALLS.setup}[gid], gid, "exec"), ns)
+    return ns
+
+
+def unseen(name: str) -> dict:
+    return dict(_unseen(name))
+
+
+@pytest.mark.parametrize("patch", UNSEEN, ids=lambda p: p.name)
+def test_a_mistake_that_changes_no_output_is_shown_by_the_visible_checks_not_graded(patch):
+    """The grader judges what a kernel writes; a read whose value is thrown away writes nothing different. Such a
+    patch passes every graded cell, and the learner's visible check (the interpreter's watch) still stops it."""
+    ns = unseen(patch.name)
+    assert failing(ns, cells=verdicts.changed_cells(CHAPTER, ns, solution())) == {}
+    kernel = next(iter(patch.cells))
+    run = {"decode_kernel": ch06.run_decode, "merge_kernel": ch06.run_merge}[kernel]
+    shown = []
+    for case in next(e for e in CHAPTER.exercises if e.spec.name == kernel).fixed():
+        try:
+            run(ns[kernel], *case)
+        except AssertionError as e:
+            shown.append(str(e))
+    assert shown, f"{patch.name}: no visible check shows it"
+    assert all(text.splitlines()[0] == patch.message == ch06.UNSEEN[kernel] for text in shown), shown[0]
+    assert "writes the right output" in shown[0]
+    assert patch.says.lower() in NB.pitfalls_text(), "the notebook tells learners about it"
+
+
 @pytest.mark.parametrize("name, kernel", [("decode_max_init_zero", "decode_kernel"),
                                           ("merge_max_init_zero", "merge_kernel")])
 def test_a_maximum_that_starts_at_0_is_caught_where_every_score_is_very_negative(name, kernel):
@@ -260,13 +298,13 @@ def test_reads_the_kernel_throws_away_are_recorded_and_stores_outside_land_in_th
     case = table.DECODE[0]
     right = _drive("decode_kernel", solution()["decode_kernel"], case)
     assert right["outside"] == [0, 0] and right["reads"] == [] and right["stray"] == 0
-    past = _drive("decode_kernel", solution("decode_table_past_end")["decode_kernel"], case)
+    past = _drive("decode_kernel", unseen("decode_table_past_end")["decode_kernel"], case)
     assert torch.equal(torch.from_numpy(past["out"]), torch.from_numpy(right["out"])), "its output is exact"
     assert [0, 1] in past["reads"] and past["stray"] > 0    # the last row's read past the table is dropped
     padded = _drive("decode_kernel", solution("decode_padded_rows_stored")["decode_kernel"], case)
     assert padded["outside"] == [0, 16 - 4] and not ch06._wrong_rows(padded["out"], right["out"], 1e-4).any()
     merge_case = ([40, 5, 1], 4, 8, 2, 16, "float32", "normal", 4, 3)
-    lanes = _drive("merge_kernel", solution("merge_unmasked_lanes")["merge_kernel"], merge_case)
+    lanes = _drive("merge_kernel", unseen("merge_unmasked_lanes")["merge_kernel"], merge_case)
     assert [0, 0, 3] in lanes["reads"] and lanes["stray"] > 0
     store_case = ([5, -1, 0], 4, 3, 1, 16, "float32", 0)
     minus_one = _drive("store_kv_kernel", solution("store_minus_one")["store_kv_kernel"], store_case)
@@ -343,11 +381,13 @@ def test_messages_show_input_got_and_expected():
 
 def test_visible_messages_name_the_pitfall_through_the_atlas():
     case = table.DECODE[0]
-    for name in ("decode_no_scale", "decode_padded_rows_stored", "decode_table_past_end"):
+    for name in ("decode_no_scale", "decode_padded_rows_stored"):
         text = ch06.diagnose(solution(name)["decode_kernel"], *case)
         assert text.splitlines()[0] == next(p.message for p in PATCHES if p.name == name), text
     assert ch06.diagnose(solution()["decode_kernel"], *case).endswith("is correct on this input")
-    lanes = ch06.diagnose(solution("merge_unmasked_lanes")["merge_kernel"], [40, 5, 1], 4, 8, 2, 16, "float32",
+    past = ch06.diagnose(unseen("decode_table_past_end")["decode_kernel"], *case)
+    assert past.startswith("Pitfall: a block-table entry past the sequence's blocks was read")
+    lanes = ch06.diagnose(unseen("merge_unmasked_lanes")["merge_kernel"], [40, 5, 1], 4, 8, 2, 16, "float32",
                           "normal", 4, 3)
     assert lanes.startswith("Pitfall: the padded split lanes were loaded")
     with pytest.raises(AssertionError, match="Pitfall: the padded rows were stored"):

@@ -13,10 +13,10 @@ What a driver's inputs make visible in the returned data:
 - every output sits between margins of NaN (:data:`MARGIN` rows around ``out``; one block before a cache and
   ``block_size`` blocks after it): a store outside the output lands there and is handed back with it;
 - in Triton's interpreter every load and store outside the tensors is dropped (a wild address would crash the
-  kernel) and counted, and the loads of the block table (decode) and of the partials (merge) are recorded: an
+  kernel) and counted, and the loads of the block table (decode) and of the partials (merge) are recorded. An
   unmasked block-table load or the padded split lanes leave nothing in the output (the values read are thrown
-  away), so the record is what shows them. It is the one check made inside the learner's kernel that their own
-  code could switch off; everything else is in the data.
+  away): the record shows them in the learner's visible checks (:func:`run_decode`, :func:`run_merge`) and in a
+  failing case's message, but no verdict depends on it, since the learner's own code could switch it off.
 
 :func:`diagnose` is a visible assert's message: the case, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this case. The hidden cases
@@ -439,8 +439,15 @@ def _wrong_rows(got: np.ndarray, want: np.ndarray, tol: float) -> np.ndarray:
 
 
 def _same_out(got: dict, want: dict) -> bool:
-    return all(got[k] == want[k] for k in ("outside", "reads", "stray")) and \
-        not _wrong_rows(got["out"], want["out"], TOL[want["dtype"]]).any()
+    # The verdict is the data alone: out and its margins. The interpreter watch's reads and stray accesses are
+    # counted inside the learner's kernel, which their code could switch off, so they only go into messages
+    # (and the learner's own visible checks), never into a verdict.
+    return got["outside"] == want["outside"] and not _wrong_rows(got["out"], want["out"], TOL[want["dtype"]]).any()
+
+
+def _alike(got: dict, wrong: dict) -> bool:
+    """A pitfall's answer explains got (for naming it, a message): the same data and the same recorded reads."""
+    return _same_out(got, wrong) and got["reads"] == wrong["reads"] and got["stray"] == wrong["stray"]
 
 
 def _compact(x: dict) -> dict:
@@ -530,10 +537,10 @@ SPECS = {s.name: s for s in [
          ref_store_kvcache, _norm_store, _show_store, driver=_DRIVER + "store", call=_store_call),
     Spec("decode_kernel", _DECODE, ref_paged_decode, _norm_out, _show_out("block-table entries (sequence, entry) "
          "read past the sequence's blocks"), _same_out, note=_first_wrong_row, driver=_DRIVER + "decode",
-         call=_decode_call, compact=_compact),
+         call=_decode_call, compact=_compact, alike=_alike),
     Spec("merge_kernel", (*_DECODE, "num_splits"), ex.ref_merge, _norm_out, _show_out(
         "partials (sequence, head, lane) read outside the program's NUM_SPLITS lanes"), _same_out,
-         note=_first_wrong_row, driver=_DRIVER + "merge", call=_merge_call, compact=_compact),
+         note=_first_wrong_row, driver=_DRIVER + "merge", call=_merge_call, compact=_compact, alike=_alike),
     Spec("decode_traffic", ("seq_lens", "num_q_heads", "num_kv_heads", "head_dim", "bytes_per_element"),
          ex.decode_traffic, _norm_traffic, lambda v: f"({v[0]:,} bytes, {v[1]:,} FLOPs)"),
 ]}
@@ -543,4 +550,25 @@ def diagnose(fn, *args, name: str | None = None) -> str:
     """What is wrong with ``fn`` on the case ``args`` in the learner's terms (a visible assert's message), or a
     note that this case is handled correctly. Never raises."""
     name = name or getattr(getattr(fn, "fn", fn), "__name__", None)   # a Triton kernel keeps its function in .fn
-    return spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+    msg = spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+    if name in UNSEEN and msg.endswith("is correct on this input"):
+        try:
+            s = SPECS[name]
+            got = s.norm(s.run(fn, list(args)), tuple(args))
+        except Exception:  # noqa: BLE001 - a message, whatever happens
+            return msg
+        if got["reads"] or got["stray"]:
+            return (f"{UNSEEN[name]}\n{s.call_text(args)} writes the right output, but: {s.show(got)}. The grader "
+                    f"judges only what a kernel writes, so it cannot see this; on a GPU these loads read memory that "
+                    f"is not this sequence's.")
+    return msg
+
+
+# The two mistakes no output shows (autograder/known_wrong/<chapter>/unseen/): the visible checks name them.
+UNSEEN = {
+    "decode_kernel": "Pitfall: a block-table entry past the sequence's blocks was read: mask the block-table load "
+                     "with pos < seq_len too (entries past ceil(seq_len / BLOCK_SIZE) are stale ids or padding).",
+    "merge_kernel": "Pitfall: the padded split lanes were loaded: lanes NUM_SPLITS .. SPLITS_PAD - 1 are the next "
+                    "head's partials (or lie past the tensor), so mask the loads with j < NUM_SPLITS, not just the "
+                    "values.",
+}

@@ -51,6 +51,7 @@ class Spec:
     note: Callable | None = None
     driver: str | None = None   # "servelab_autograder.chNN:drive_x": runs the function on plain-data args
     call: Callable | None = None  # args -> how the call reads in a message, when name(param=...) would not do
+    alike: Callable | None = None  # (got, wrong) -> whether a pitfall explains got, when stricter than ``same``
     compact: Callable | None = None  # a result compared with ``close`` as the atlas keeps it (None: all of it)
 
     def run(self, fn, args):
@@ -69,6 +70,11 @@ class Spec:
 
     def same(self, got, want) -> bool:
         return bool(self.close(got, want)) if self.close else got == want
+
+    def explains(self, got, wrong) -> bool:
+        """Whether a pitfall's result ``wrong`` is what came back (naming a pitfall is a message, not a verdict:
+        it may look at more than the verdict does)."""
+        return bool(self.alike(got, wrong)) if self.alike else self.same(got, wrong)
 
     def read(self, args, outcome: dict):
         """(message, None) for an outcome that is wrong before any comparison (it raised, changed its input,
@@ -143,7 +149,7 @@ def atlas_value(spec: Spec, value):
 def atlas_match(spec: Spec, got, stored) -> bool:
     if isinstance(stored, str) and stored.startswith("sha256:"):
         return digest(_canonical(got)) == stored
-    return spec.same(spec.compact(got) if spec.compact is not None else got, plain.decode(stored))
+    return spec.explains(spec.compact(got) if spec.compact is not None else got, plain.decode(stored))
 
 
 def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, name: str | None = None) -> str:

@@ -206,7 +206,7 @@ class Pitfalls:
 
     def name(self, spec: Spec, args, got) -> str | None:
         """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
-        return next((p.message for p, wrong in self.wrong_results(spec, args) if spec.same(got, wrong)), None)
+        return next((p.message for p, wrong in self.wrong_results(spec, args) if spec.explains(got, wrong)), None)
 
     def drill(self, drill: Drill, got: float) -> str | None:
         for p in self.patches:
