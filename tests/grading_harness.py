@@ -74,10 +74,10 @@ class Notebook:
         return {meta["grade_id"]: meta for meta, _ in self.code_cells() if is_test(meta)}
 
     def pitfalls_text(self) -> str:
-        """The "Common pitfalls" markdown cell, in lower case, without backticks and asterisks."""
+        """The "Common pitfalls" markdown cell, in lower case, without backticks and bold markers."""
         pitfalls_md = next(cell.source for cell in self.cells
                            if cell.kind == "markdown" and "## Common pitfalls" in cell.source)
-        return pitfalls_md.replace("`", "").replace("*", "").lower()
+        return pitfalls_md.replace("`", "").replace("**", "").lower()
 
     # ----------------------------------------------------------------------------------------------------
     # running it
@@ -140,3 +140,91 @@ class Notebook:
                     text = "".join("".join(v) for k, v in out["data"].items() if k != "image/png")
                 assert "<Figure" not in text and not re.search(r"0x[0-9a-f]{6,}", text)
                 yield text, png
+
+
+class Proof:
+    """What every chapter's grading test proves the same way, in this process, through the trusted engine
+    (``servelab_autograder.verdicts``): the requests, plain-data answers and verdicts of a sandboxed grading."""
+
+    def __init__(self, assignment: str, notebook: Notebook):
+        from servelab_autograder import known_wrong, verdicts
+
+        self.assignment, self.nb = assignment, notebook
+        self.chapter = verdicts.table(assignment)
+        self.pitfalls = verdicts.Pitfalls(self.chapter, ROOT)
+        self.patches = known_wrong.pitfalls(ROOT, assignment)
+
+    def solution(self, name: str | None = None) -> dict:
+        """The solution (with pitfall ``name`` applied) as a learner's namespace, a fresh copy."""
+        return dict(self.pitfalls.namespace(name))
+
+    def grade(self, ns: dict, seed: int = 0, cells=None) -> dict:
+        from servelab_autograder import verdicts
+
+        return verdicts.grade_namespace(self.chapter, ns, seed, pitfalls=self.pitfalls, cells=cells)
+
+    def failing(self, ns: dict, seed: int = 0, cells=None) -> dict[str, str]:
+        return {cell: v.message for cell, v in self.grade(ns, seed, cells).items() if not v.passed}
+
+    def stubs(self) -> dict:
+        """The released notebook's solution cells (and the chapter's setup cells) run as a learner's namespace."""
+        import nbformat
+
+        from servelab_autograder import known_wrong, release
+
+        nb = nbformat.read(release.release_notebook(ROOT, self.assignment), as_version=4)
+        solutions = known_wrong.solution_cells(nb)
+        ns: dict = {}
+        exec(self.chapter.prelude, ns)
+        for cell in nb.cells:
+            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if gid in solutions or gid in self.chapter.setup:
+                try:
+                    exec(compile(cell.source, gid, "exec"), ns)
+                except NotImplementedError:
+                    pass   # the drills cell raises at once
+        return ns
+
+    def assert_solution_passes(self, seed: int) -> None:
+        assert self.failing(self.solution(), seed) == {}
+
+    def assert_visible_tests_pass(self, ns: dict | None = None) -> None:
+        ns = self.nb.namespace() if ns is None else ns
+        for gid in self.nb.test_cells():
+            exec(compile(python_source(self.nb.source(gid)), gid, "exec"), ns)
+
+    def assert_stubs_fail_every_cell(self) -> None:
+        got = self.failing(self.stubs())
+        assert set(got) == set(self.chapter.cells)
+        for message in got.values():
+            assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, \
+                message
+
+    def assert_patch_loses_exactly_its_cells(self, patch, seeds=(0,)) -> None:
+        """The patch applies and changes the solution; the cells whose functions it changes are graded (the others
+        grade the solution's own code, which passes): exactly its ``fails`` lose, each with its pitfall's line
+        first (graders show a failure's first line) and its ``says`` phrase."""
+        from servelab_autograder import verdicts
+
+        assert patch.apply(self.pitfalls.solution) != self.pitfalls.solution
+        ns = self.solution(patch.name)
+        changed = verdicts.changed_cells(self.chapter, ns, self.solution())
+        assert set(patch.fails) <= set(changed), changed
+        for seed in seeds:
+            got = self.failing(ns, seed, cells=changed)
+            assert sorted(got) == sorted(patch.fails), got
+            for cell, message in got.items():
+                assert message.splitlines()[0] == patch.message, (cell, message)
+                assert patch.says.lower() in message.lower()
+
+    def assert_every_pitfall_is_one_patch(self, without=()) -> None:
+        """Each item of the notebook's Common pitfalls is one patch, naming it; every solution cell but
+        ``without`` has a pitfall; no two patches share a message."""
+        listed = self.nb.pitfalls_text()
+        assert listed.count("\n- ") == len(self.patches), "each item of Common pitfalls is one known-wrong patch"
+        for p in self.patches:
+            assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+            assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
+            assert set(p.fails) <= set(self.chapter.cells)
+        assert {c for p in self.patches for c in p.cells} == set(self.pitfalls.solution) - set(without)
+        assert len({p.message for p in self.patches}) == len(self.patches)

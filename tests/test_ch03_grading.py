@@ -23,10 +23,9 @@ import subprocess
 import sys
 import textwrap
 
-import nbformat
 import numpy as np
 import pytest
-from grading_harness import Notebook, is_test, python_source
+from grading_harness import Notebook, Proof, is_test, python_source
 
 from servelab import costmodel, simulator
 from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
@@ -39,8 +38,6 @@ ROOT = release.repo_root()
 A = "ch03_token_budget"
 CHAPTER = table.CHAPTER
 EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "max_chunk", "max_backlog")
-PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
-PATCHES = known_wrong.pitfalls(ROOT, A)
 SEEDS = (0, 20261201)
 
 
@@ -52,23 +49,15 @@ class _Notebook(Notebook):
 
 
 NB = _Notebook(A)
+P = Proof(A, NB)
+PITFALLS, PATCHES = P.pitfalls, P.patches
+solution, grade, failing = P.solution, P.grade, P.failing
 
 
-def solution(name: str | None = None) -> dict:
-    return dict(PITFALLS.namespace(name))
 
 
-def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
-    """test cell -> Verdict, as verdicts.grade_namespace makes it, for ``cells`` (default: all)."""
-    out = {}
-    for cell in cells or CHAPTER.cells:
-        reply = json.loads(json.dumps(probe.answer(verdicts.request(CHAPTER, cell, seed), ns)))
-        out[cell] = verdicts.judge(CHAPTER, cell, seed, reply, PITFALLS)
-    return out
 
 
-def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
-    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
 
 
 def _graded_names(graded) -> list[str]:
@@ -162,28 +151,15 @@ def test_the_assumptions_are_stated():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_solution_passes_every_graded_cell(seed):
-    assert failing(solution(), seed) == {}
+    P.assert_solution_passes(seed)
 
 
 def test_the_solution_passes_every_visible_test_cell_without_the_demos():
-    ns = NB.namespace()
-    for gid in NB.test_cells():
-        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
+    P.assert_visible_tests_pass()
 
 
 def test_the_released_stubs_fail_every_graded_cell():
-    stubs = known_wrong.solution_cells(nbformat.read(release.release_notebook(ROOT, A), as_version=4))
-    ns: dict = {}
-    exec(CHAPTER.prelude, ns)
-    for source in stubs.values():
-        try:
-            exec(source, ns)
-        except NotImplementedError:
-            pass   # the drills cell raises at once
-    got = failing(ns)
-    assert set(got) == set(CHAPTER.cells)
-    for message in got.values():
-        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
+    P.assert_stubs_fail_every_cell()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -192,28 +168,11 @@ def test_the_released_stubs_fail_every_graded_cell():
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
 def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    patched = patch.apply(known_wrong.solution_cells(nbformat.read(release.source_notebook(ROOT, A), as_version=4)))
-    assert patched != PITFALLS.solution
-    ns = solution(patch.name)
-    changed = changed_cells(ns)
-    assert set(patch.fails) <= changed, "a cell it must lose grades nothing the patch changed"
-    for seed in SEEDS:
-        got = failing(ns, seed, sorted(changed))   # the other cells' verdicts are the solution's, which pass
-        assert sorted(got) == sorted(patch.fails), got
-        for cell, message in got.items():
-            assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
-            assert patch.says.lower() in message.lower()
+    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
 
 
 def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    listed = NB.pitfalls_text()
-    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
-    for p in PATCHES:
-        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
-        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
-        assert set(p.fails) <= set(CHAPTER.cells)
-    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution), "every exercise has a pitfall"
-    assert len({p.message for p in PATCHES}) == len(PATCHES)
+    P.assert_every_pitfall_is_one_patch(without=())
     assert not list(known_wrong.folder(ROOT, A).glob("*.py")), "the old REPLACE modules are gone"
 
 

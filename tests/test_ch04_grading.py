@@ -19,12 +19,11 @@ import subprocess
 import sys
 import textwrap
 
-import nbformat
 import pytest
-from grading_harness import Notebook, python_source
+from grading_harness import Notebook, Proof
 
 from servelab.radix_cache import RadixCache
-from servelab_autograder import ch04, known_wrong, plain, release, verdicts
+from servelab_autograder import ch04, plain, release, verdicts
 from servelab_autograder.checks import ch04 as table
 from servelab_autograder.spec import atlas_path, call
 
@@ -32,21 +31,16 @@ ROOT = release.repo_root()
 A = "ch04_radix_cache"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
-PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
-PATCHES = known_wrong.pitfalls(ROOT, A)
+P = Proof(A, NB)
+PITFALLS, PATCHES = P.pitfalls, P.patches
+solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 
 
-def solution(name: str | None = None) -> dict:
-    return dict(PITFALLS.namespace(name))
 
 
-def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
-    return verdicts.grade_namespace(CHAPTER, ns, seed, pitfalls=PITFALLS, cells=cells)
 
 
-def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
-    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -87,56 +81,24 @@ def test_the_lesson_figures_are_in_the_saved_outputs():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_solution_passes_every_graded_cell(seed):
-    assert failing(solution(), seed) == {}
+    P.assert_solution_passes(seed)
 
 
 def test_the_solution_passes_every_visible_test_cell():
-    ns = NB.namespace()
-    for gid in NB.test_cells():
-        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
+    P.assert_visible_tests_pass()
 
 
 def test_the_released_stubs_fail_every_graded_cell():
-    nb = nbformat.read(release.release_notebook(ROOT, A), as_version=4)
-    ns: dict = {}
-    exec(CHAPTER.prelude, ns)
-    for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid in known_wrong.solution_cells(nb) or gid in CHAPTER.setup:
-            try:
-                exec(cell.source, ns)
-            except NotImplementedError:
-                pass   # the drills cell raises at once
-    got = failing(ns)
-    assert set(got) == set(CHAPTER.cells)
-    for message in got.values():
-        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
+    P.assert_stubs_fail_every_cell()
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
 def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    patched = patch.apply(PITFALLS.solution)
-    assert patched != PITFALLS.solution
-    ns = solution(patch.name)
-    # a cell whose functions the patch leaves as they are grades as the solution does (proved above)
-    changed = verdicts.changed_cells(CHAPTER, ns, solution())
-    assert set(patch.fails) <= set(changed)
-    got = failing(ns, cells=changed)
-    assert sorted(got) == sorted(patch.fails), got
-    for cell, message in got.items():
-        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
-        assert patch.says.lower() in message.lower()
+    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
 
 
 def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    listed = NB.pitfalls_text()
-    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
-    for p in PATCHES:
-        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
-        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
-        assert set(p.fails) <= set(CHAPTER.cells)
-    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution) - {"drills"}
-    assert len({p.message for p in PATCHES}) == len(PATCHES)
+    P.assert_every_pitfall_is_one_patch(without=("drills",))
 
 
 # ------------------------------------------------------------------------------------------------

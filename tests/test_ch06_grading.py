@@ -28,9 +28,8 @@ import sys
 import textwrap
 
 import matplotlib
-import nbformat
 import pytest
-from grading_harness import Notebook, python_source
+from grading_harness import Notebook, Proof, python_source
 
 matplotlib.use("Agg")
 
@@ -48,27 +47,17 @@ ROOT = release.repo_root()
 A = "ch06_triton_paged_attention"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
-PITFALLS = verdicts.Pitfalls(CHAPTER, ROOT)
-PATCHES = known_wrong.pitfalls(ROOT, A)
+P = Proof(A, NB)
+PITFALLS, PATCHES = P.pitfalls, P.patches
+solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 KERNELS = ("store_kv_kernel", "decode_kernel", "merge_kernel")
 
 
-def solution(name: str | None = None) -> dict:
-    return dict(PITFALLS.namespace(name))
 
 
-def grade(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, verdicts.Verdict]:
-    cells = CHAPTER.cells if cells is None else cells
-    out = {}
-    for cell in cells:
-        reply = json.loads(json.dumps(probe.answer(verdicts.request(CHAPTER, cell, seed), ns)))
-        out[cell] = verdicts.judge(CHAPTER, cell, seed, reply, PITFALLS)
-    return out
 
 
-def failing(ns: dict, seed: int = SEEDS[0], cells=None) -> dict[str, str]:
-    return {cell: v.message for cell, v in grade(ns, seed, cells).items() if not v.passed}
 
 
 @functools.cache
@@ -161,13 +150,11 @@ def test_saved_outputs_are_deterministic_text_and_the_numbers_the_markdown_quote
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_solution_passes_every_graded_cell(seed):
-    assert failing(solution(), seed) == {}
+    P.assert_solution_passes(seed)
 
 
 def test_the_solution_passes_every_visible_test_cell():
-    ns = dict(notebook_namespace())
-    for gid in NB.test_cells():
-        exec(compile(python_source(NB.source(gid)), gid, "exec"), ns)
+    P.assert_visible_tests_pass(dict(notebook_namespace()))
 
 
 def test_the_locked_launchers_match_the_library_launchers():
@@ -188,43 +175,16 @@ def test_the_locked_launchers_match_the_library_launchers():
 
 
 def test_the_released_stubs_fail_every_graded_cell():
-    stubs = known_wrong.solution_cells(nbformat.read(release.release_notebook(ROOT, A), as_version=4))
-    ns: dict = {}
-    exec(CHAPTER.prelude, ns)
-    for gid, source in stubs.items():
-        try:
-            exec(compile(source, gid, "exec"), ns)
-        except NotImplementedError:
-            pass   # the drills cell raises at once
-    got = failing(ns)
-    assert set(got) == set(CHAPTER.cells)
-    for message in got.values():
-        assert "NotImplementedError: fill in the function first" in message or "is not defined" in message, message
+    P.assert_stubs_fail_every_cell()
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
 def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    patched = patch.apply(known_wrong.solution_cells(nbformat.read(release.source_notebook(ROOT, A), as_version=4)))
-    assert patched != PITFALLS.solution
-    # the cells whose functions the patch leaves alone grade the solution's own code, which passes
-    cells = verdicts.changed_cells(CHAPTER, solution(patch.name), solution())
-    got = failing(solution(patch.name), cells=cells)
-    assert sorted(got) == sorted(patch.fails), got
-    for cell, message in got.items():
-        assert message.splitlines()[0] == patch.message, (cell, message)  # the grader shows the first line
-        assert patch.says.lower() in message.lower()
+    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
 
 
 def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    listed = next(c.source for c in NB.cells if c.kind == "markdown" and "## Common pitfalls" in c.source)
-    listed = listed.replace("`", "").replace("**", "").lower()
-    assert listed.count("\n- ") == len(PATCHES), "each item of Common pitfalls is one known-wrong patch"
-    for p in PATCHES:
-        assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
-        assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
-        assert set(p.fails) <= set(CHAPTER.cells)
-    assert {c for p in PATCHES for c in p.cells} == set(PITFALLS.solution), "every exercise has a pitfall"
-    assert len({p.message for p in PATCHES}) == len(PATCHES)
+    P.assert_every_pitfall_is_one_patch(without=())
     assert {"decode_max_init_zero", "merge_max_init_zero"} <= {p.name for p in PATCHES}
 
 

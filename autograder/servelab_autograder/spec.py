@@ -175,6 +175,21 @@ def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, 
         return f"{spec.call_text(args)}: the check itself failed ({type(e).__name__}: {e})"
 
 
+def diagnose_cases(specs: Mapping[str, Spec], assignment: str, fn, name: str, cases, exercise: str,
+                   reference: str = "the reference") -> str:
+    """A stateful chapter's visible-assert message: what is wrong with ``fn`` on the first of ``cases`` (a
+    callable making them: the lesson's workloads) it gets wrong, or a note that it agrees on all. Never raises."""
+    try:
+        cases = cases()
+    except Exception as e:  # noqa: BLE001 - a message, whatever happens
+        return f"{exercise}: the check itself failed ({type(e).__name__}: {e})"
+    for args in cases:
+        msg = diagnose(specs, atlas(assignment), fn, args, name)
+        if not msg.endswith("is correct on this input"):
+            return msg
+    return f"{exercise} agrees with {reference} on the lesson's workloads: the failing assert checks something else"
+
+
 def atlas_path(assignment: str) -> Path:
     return ATLAS_DIR / f"{assignment}.json"
 
