@@ -1,8 +1,8 @@
 """What the chapters' learner-facing modules share: how a learner's values are shown and read.
 
 - :func:`short_repr`: the ``reprlib.Repr`` a chapter's messages show learner values with;
-- :class:`Shape`, :func:`as_int`, :func:`as_float`: what the learner's code returned, converted to plain values
-  (never compared as it is);
+- :class:`Shape`, :func:`as_int`, :func:`whole_number`, :func:`as_float`: what the learner's code returned,
+  converted to plain values (never compared as it is);
 - :func:`not_filled`: the message for a stub still raising NotImplementedError.
 
 Verdicts are made outside the learner's kernel (``servelab_autograder.verdicts``): nothing here needs to watch
@@ -48,6 +48,13 @@ def as_int(x, what: str, unit: str, short: reprlib.Repr) -> int:
     if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
         return int(float(x))
     raise Shape(f"{what} is {short.repr(x)}; expected a whole number of {unit}")
+
+
+def whole_number(x, what: str, short: reprlib.Repr) -> int:
+    """``x`` when it is an int (not a bool, not a float, even a whole one): a count a drill asks for."""
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise Shape(f"{what} is {short.repr(x)}; it must be a whole number (int)")
+    return x
 
 
 def as_float(x, what: str, short: reprlib.Repr, finite: bool = False) -> float:

@@ -20,7 +20,7 @@ import random
 
 from servelab.engine import Engine, expected
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
-from servelab_autograder import ch02
+from servelab_autograder import ch02, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch02.SPECS
@@ -113,11 +113,6 @@ def _drill_same_step() -> int:
     return sum(r.num_batched_tokens for r in trace if r.is_prefill)
 
 
-def _whole(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ch02.Shape(f"{name} is {ch02._short.repr(value)}; it must be a whole number (int)")
-    return value
-
 
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
@@ -154,5 +149,5 @@ CHAPTER = Chapter(
                           "so R2 cannot hit them."),
                      (120, "R3 arrives after R1's and R2's blocks were hashed: its first two full blocks hit."),
                      (80, "R3 still computes its last (partial) block: hits are whole blocks and never the last."))),
-    ), read=_whole),
+    ), read=lambda value, name: common.whole_number(value, name, ch02._short)),
 )

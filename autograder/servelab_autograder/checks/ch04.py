@@ -24,7 +24,7 @@ from servelab.costmodel import LLAMA2_7B, KiB
 from servelab.radix_cache import RadixCache
 from servelab.scheduler import BlockManager
 from servelab.scheduler import Sequence as NanoSequence
-from servelab_autograder import ch04
+from servelab_autograder import ch04, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch04.SPECS
@@ -110,11 +110,6 @@ def _drill_block_vs_radix() -> int:
     return len(cache.match_prefix(second[:-1])[0]) - block_hits
 
 
-def _whole(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ch04.Shape(f"{name} is {ch04._short.repr(value)}; it must be a whole number (int)")
-    return value
-
 
 CHAPTER = Chapter(
     assignment=ch04.ASSIGNMENT,
@@ -147,5 +142,5 @@ CHAPTER = Chapter(
               hints=((1000, "The question asks for the difference: the block cache reuses whole blocks only."),
                      (768, "The question asks for the difference: the block cache reuses whole blocks only."),
                      (24, "Blocks of 256: the block cache reuses 3 whole blocks (768 tokens), not 1024 - 24."))),
-    ), read=_whole),
+    ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )

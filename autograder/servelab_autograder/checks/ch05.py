@@ -25,7 +25,7 @@ import random
 
 from servelab.radix_cache import RadixCache
 from servelab.radix_scheduler import TokenToKVPoolAllocator, lpm_starvation
-from servelab_autograder import ch04, ch05
+from servelab_autograder import ch04, ch05, common
 from servelab_autograder.checks.ch04 import random_workloads
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -80,11 +80,6 @@ def _drill_evict() -> int:
     return len(cache.evict(25))
 
 
-def _whole(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ch05.Shape(f"{name} is {ch04._short.repr(value)}; it must be a whole number (int)")
-    return value
-
 
 CHAPTER = Chapter(
     assignment=ch05.ASSIGNMENT,
@@ -118,5 +113,5 @@ CHAPTER = Chapter(
               hints=((25, "evict frees whole nodes: it never cuts a leaf."),
                      (20, "The match refreshed A's path: the least recently used leaf is B's 30-token suffix."),
                      (150, "evict stops as soon as it has freed at least 25 tokens."))),
-    ), read=_whole),
+    ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )
