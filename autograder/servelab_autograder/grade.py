@@ -784,6 +784,15 @@ class Grader:
             else:
                 culprit, why = running_cell, f"cell {_cell_name(running_cell)}: the kernel died in it"
             if culprit is not None and retry:
+                if culprit is died or culprit is running_cell:
+                    # A kill can land after its cell has answered, in the next cell. A death now seen in an earlier
+                    # cell than one skipped before for a death means that later cell only ran into this one's
+                    # kill: grade it again.
+                    for k, w in [(k, w) for k, w in job.skip.items() if int(k) > int(culprit["index"])
+                                 and "the kernel died in it" in w]:
+                        del job.skip[k]
+                        job.remarks.append(f"{w.split(': ')[0]}: graded again with it (the kill came from an "
+                                           f"earlier cell)")
                 job.skip[str(culprit["index"])] = why + "; this cell was skipped so the others could be graded"
                 job.remarks.append(why + "; graded again without it")
                 job.kernel_died = True
