@@ -2,7 +2,11 @@
 
 Notebooks are collected by nbval (`--nbval --nbval-current-env`, set in pyproject.toml):
 - `solutions/` strictly: every stored output must come out the same;
-- `course/` laxly: only errors count, and the stub test cells are tagged `raises-exception`.
+- `course/`: errors only in graded cells (the stub test cells are tagged `raises-exception`); every ungraded
+  cell's stored outputs, which the release kept from running the stubs (`execute.illustrate`), must come out
+  the same, and an ungraded cell stored without outputs must print nothing (or raise, tagged) - so the
+  pictures shown before Run All are exactly what the notebook makes. A course/ notebook holding a learner's
+  answers is only checked for errors.
 Cells tagged `requires-cuda` are skipped when no CUDA device is present.
 """
 
@@ -35,8 +39,29 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _pristine_release(nb) -> bool:
+    """Every solution cell still holds its stub: the notebook is the release, not a learner's work."""
+    cells = [c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    return bool(cells) and all("raise NotImplementedError()" in c.source for c in cells)
+
+
+def _check_kept_outputs(nb_items) -> None:
+    from servelab_autograder.execute import graded
+
+    for item in nb_items:
+        rel = Path(item.parent.path).resolve().relative_to(ROOT)
+        if rel.parts[0] != "course" or graded(item.cell) or not _pristine_release(item.parent.nb):
+            continue
+        tagged = "raises-exception" in item.cell.get("metadata", {}).get("tags", [])
+        if item.cell.outputs or not tagged:
+            item.options["check"] = True
+            if item.cell.execution_count is None:  # nbval compares only cells it thinks were run
+                item.cell.execution_count = 0
+
+
 def pytest_collection_modifyitems(config, items):
     nb_items = [it for it in items if type(it).__name__ == "IPyNbCell"]
+    _check_kept_outputs(nb_items)
     if not nb_items or _cuda_available():
         return
     skip = pytest.mark.skip(reason="cell tagged requires-cuda and no CUDA device is present")

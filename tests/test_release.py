@@ -41,8 +41,8 @@ def fresh(tmp_path_factory):
 def _pristine(assignment, fresh) -> bool:
     """course/<a> is byte-for-byte (as JSON) the fresh build, i.e. holds no learner answers."""
     course = release.release_notebook(ROOT, assignment)
-    return course.is_file() and release.normalized(course) == \
-        release.normalized(release.release_notebook(ROOT, assignment, fresh))
+    return course.is_file() and release.comparable(course) == \
+        release.comparable(release.release_notebook(ROOT, assignment, fresh))
 
 
 def test_there_are_chapters():
@@ -89,6 +89,18 @@ def test_leak_scanner_catches_a_planted_leak(assignment, fresh, tmp_path):
     leaks = release.find_leaks(ROOT, [assignment], release_dir=tmp_path)
     assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
     assert sum(repr(secret) in leak for leak in leaks) == 2, leaks
+
+
+def test_release_keeps_outputs_of_ungraded_cells_only():
+    """The pictures a learner sees before Run All: ungraded cells that ran with the stubs keep their outputs
+    (nbval compares them with a fresh run, see conftest.py); graded cells never hold any."""
+    from servelab_autograder.execute import graded
+
+    for a in CHAPTERS:
+        nb = json.loads(release.release_notebook(ROOT, a).read_text(encoding="utf-8"))
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert not [c["id"] for c in code if graded(c) and (c["outputs"] or c["execution_count"])], a
+        assert any(c["outputs"] for c in code if not graded(c)), f"{a}: the release keeps no outputs"
 
 
 @pytest.mark.parametrize("assignment", CHAPTERS)

@@ -112,6 +112,39 @@ def execute_notebook(path: str | Path, timeout: int = CELL_TIMEOUT, kernel: str 
     return warnings
 
 
+def graded(cell) -> bool:
+    """A solution or test cell of nbgrader's (an exercise, a drill answer, a graded check)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("solution") or meta.get("grade"))
+
+
+def illustrate(path: str | Path, timeout: int = CELL_TIMEOUT, kernel: str = KERNEL) -> tuple[int, int]:
+    """Run a released notebook, stubs in place, and keep the outputs of every cell that is not graded and
+    ran without error (the why-it-matters pictures, the worked traces): the learner sees them before Run All.
+    Every other cell is left without outputs. Returns (cells kept, code cells)."""
+    path = Path(path).resolve()
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, record_timing=False, allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    except (CellTimeoutError, DeadKernelError) as err:
+        raise RuntimeError(f"{path}: running the release with its stubs failed: {err}") from None
+    kept = total = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        total += 1
+        if graded(cell) or any(o.get("output_type") == "error" for o in cell.outputs):
+            cell.outputs, cell.execution_count = [], None
+        else:
+            kept += 1
+    strip_volatile(nb)
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+    return kept, total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servelab_autograder.execute", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -6,10 +6,14 @@
     python -m servelab_autograder.release --check         # exit 1 if course/ differs from a fresh build
 
 Each chapter is one ``nbgrader generate_assignment <a> --force`` (run in its own process), which also
-registers the chapter in the gradebook. ``generate_assignment`` is deterministic: the same source gives
-the same bytes (checked by ``--check`` and the tests), so ``--check`` only normalises JSON layout; it
-tolerates a learner's answers in course/ (solution cells, outputs, scratch cells) as long as the
-notebook committed at git HEAD is the fresh build, and it fails on any leak (see ``find_leaks``).
+registers the chapter in the gradebook, then one run of the released notebook with its stubs in place
+(``execute.illustrate``): the outputs of every ungraded cell that runs without error are kept, so the
+pictures and worked traces are there before the learner's first Run All. ``generate_assignment`` is
+deterministic: the same source gives the same bytes (checked by ``--check`` and the tests), so ``--check``
+only normalises JSON layout and leaves the kept outputs to nbval, which runs every course/ notebook in
+``make test`` and compares them (conftest.py); it tolerates a learner's answers in course/ (solution cells,
+outputs, scratch cells) as long as the notebook committed at git HEAD is the fresh build, and it fails on any
+leak (see ``find_leaks``).
 
 Learners work inside course/, so a rebuild never silently destroys edits: a notebook that differs from
 what was last generated is copied to autograder/runs/release-backups/ first, and ``--if-stale`` (the
@@ -286,9 +290,32 @@ def _load_json(path: Path):
         return json.load(fh)
 
 
+def _canonical(nb: dict) -> str:
+    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False)
+
+
 def normalized(path: Path) -> str:
     """A notebook as canonical JSON (sorted keys, fixed layout): equal iff the content is equal."""
-    return json.dumps(_load_json(path), sort_keys=True, indent=1, ensure_ascii=False)
+    return _canonical(_load_json(path))
+
+
+def _without_pictures(nb: dict) -> dict:
+    """``nb`` less the outputs of its cells that are not graded: the ones the release keeps from running the
+    stub notebook (see ``execute.illustrate``), which ``nbgrader generate_assignment`` alone does not make."""
+    from servelab_autograder.execute import graded
+
+    nb = json.loads(json.dumps(nb))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code" and not graded(cell):
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def comparable(path: Path) -> str:
+    """What the release check compares: the notebook as canonical JSON, less the kept outputs of its
+    ungraded cells. Those outputs are proven by nbval instead, which runs every course/ notebook and
+    compares each ungraded cell's stored outputs with what it prints now (see conftest.py)."""
+    return _canonical(_without_pictures(_load_json(path)))
 
 
 def digest(text: str | bytes) -> str:
@@ -314,7 +341,7 @@ def differences(built: Path, committed: Path, assignment: str) -> list[str]:
     if not committed_nb.is_file():
         return [f"{committed_nb} is missing"]
     try:
-        same = normalized(built_nb) == normalized(committed_nb)
+        same = comparable(built_nb) == comparable(committed_nb)
     except ValueError as err:
         return [f"{committed_nb} is not valid JSON ({err})"]
     if not same:
@@ -399,8 +426,7 @@ def compare(root: Path, assignment: str, built_dir: Path) -> tuple[list[str], st
     others = [p for p in problems if not p.startswith(f"{course_nb} differs from a fresh build")]
     if not others and learner_edits_only(built_nb, course_nb):
         head = git_head_version(root, course_nb)
-        if head is None or json.dumps(json.loads(head), sort_keys=True, indent=1, ensure_ascii=False) == \
-                normalized(built_nb):
+        if head is None or _canonical(_without_pictures(json.loads(head))) == comparable(built_nb):
             return [], "holds local answers; the release itself is current"
     return problems, ""
 
@@ -486,7 +512,7 @@ def save_stamps(root: Path, stamps: dict) -> None:
 
 
 def _stamp_for(root: Path, assignment: str, built_nb: Path) -> dict:
-    return {"fingerprint": fingerprint(root, assignment), "release": digest(normalized(built_nb)),
+    return {"fingerprint": fingerprint(root, assignment), "release": digest(comparable(built_nb)),
             "stubs": _stubs(_load_json(built_nb))}
 
 
@@ -514,11 +540,11 @@ def _carry_answers(old: dict, new_path: Path, old_stubs: dict[str, str]) -> list
 def build(root: Path, assignment: str, stamps: dict, keep_answers: bool = False) -> tuple[bool, str]:
     """Generate one chapter into course/ (registering it in the gradebook). Returns (ok, message)."""
     target = release_notebook(root, assignment)
-    previous = prev_norm = None
+    previous = prev_norm = prev_digest = None
     if target.is_file():
         try:
             previous = _load_json(target)
-            prev_norm = normalized(target)
+            prev_norm, prev_digest = normalized(target), digest(comparable(target))
         except ValueError:
             previous = None
     stamp = stamps.get(assignment, {})
@@ -531,9 +557,16 @@ def build(root: Path, assignment: str, stamps: dict, keep_answers: bool = False)
         run = generate(root, assignment, db=False)
     if run.returncode != 0 or not target.is_file():
         return False, f"nbgrader generate_assignment failed: {last_error(run.output)}"
+    from servelab_autograder.execute import illustrate
+
+    try:
+        kept, total = illustrate(target)
+    except RuntimeError as err:
+        return False, str(err)
+    notes.append(f"outputs of {kept} of {total} code cells kept")
     new_stamp = _stamp_for(root, assignment, target)
-    if previous is not None and digest(prev_norm) != new_stamp["release"]:
-        edited = digest(prev_norm) != stamp.get("release")
+    if previous is not None and prev_digest != new_stamp["release"]:
+        edited = prev_digest != stamp.get("release")
         if edited or not stamp:
             saved = _backup_text(root, assignment, prev_norm)
             notes.append(f"previous notebook saved to {saved.relative_to(root)}")
@@ -719,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     save_stamps(root, stamps)
     # scan what was generated; a notebook holding a learner's answers is their work, not a leak
     pristine = [a for a in todo if a not in failed and release_notebook(root, a).is_file()
-                and digest(normalized(release_notebook(root, a))) == stamps.get(a, {}).get("release")]
+                and digest(comparable(release_notebook(root, a))) == stamps.get(a, {}).get("release")]
     leaks = find_leaks(root, pristine)
     for leak in leaks:
         print(f"LEAK  {leak}", file=sys.stderr)
