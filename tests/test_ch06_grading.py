@@ -336,7 +336,7 @@ def test_messages_show_input_got_and_expected():
     text = failing(solution("traffic_one_product"), cells=["test_decode_traffic"])["test_decode_traffic"]
     assert "returned (10,240 bytes, 8,192 FLOPs); expected (10,240 bytes, 16,384 FLOPs)" in text
     text = failing(solution("drills_roofline_sum"), cells=["test_drills"])["test_drills"]
-    assert "drill_3 = 212.916, but the time of that step on an H200 at the roofline" in text
+    assert "drill_3 = 212.916: not yet the time of that step on an H200 at the roofline" in text
 
 
 def test_visible_messages_name_the_pitfall_through_the_atlas():

@@ -2,8 +2,8 @@
 
 A chapter declares one :class:`Chapter` (``servelab_autograder/checks/chNN.py``): for each graded test cell,
 the exercise it grades (a :class:`~servelab_autograder.spec.Spec`: parameters, reference, normaliser) and its
-cases (fixed ones: the lesson's, one per pitfall, edge cases; then seeded random ones), or the drills and
-their expected values. While grading, for each such cell the grader
+cases (fixed ones: the chapter's worked examples, one per pitfall, edge cases; then seeded random ones), or
+the drills and their expected values. While grading, for each such cell the grader
 
 1. draws the cases (the random ones from this run's seed, recorded with the result, so a table of
    precomputed answers cannot pass and a run can be reproduced);
@@ -287,20 +287,35 @@ def _judge_exercise(ex: Exercise, args_list: list[tuple], calls: list, pitfalls:
 
 
 def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict:
+    """Each drill right or not yet, never with its answer: a learner checks their work with this verdict
+    (``make check``) and tries again, so it may name the mistake (a hint) but not the number."""
+    lines, hints, right, wrong, missing = [], [], 0, [], []
     for drill in d.drills:
         if drill.name not in values:
-            return Verdict(False, f"{drill.name} is not defined: assign your answer to {drill.name} ({drill.question})")
+            missing.append(drill.name)
+            lines.append(f"{drill.name} is not defined: assign your answer to {drill.name} ({drill.question})")
+            continue
         try:
             got = d.read(plain.decode(values[drill.name]), drill.name)
         except Shape as e:
-            return Verdict(False, f"{e} ({drill.question})")
-        want = float(drill.expected())
-        if not math.isclose(got, want, rel_tol=drill.rel_tol, abs_tol=drill.abs_tol):
-            msg = f"{drill.name} = {got:.6g}, but the {drill.question} is {want:.4g} ({drill.tolerance()})."
-            hint = pitfalls.drill(drill, got) if pitfalls is not None else None
-            hint = hint or next((h for value, h in drill.hints if math.isclose(got, value, rel_tol=1e-9)), None)
-            return Verdict(False, f"{hint}\n{msg}" if hint else msg)
-    return Verdict(True, f"drills: all {len(d.drills)} answers are right")
+            wrong.append(drill.name)
+            lines.append(f"{e} ({drill.question})")
+            continue
+        if math.isclose(got, float(drill.expected()), rel_tol=drill.rel_tol, abs_tol=drill.abs_tol):
+            right += 1
+            lines.append(f"{drill.name} = {got:.6g}: right")
+            continue
+        wrong.append(drill.name)
+        hint = pitfalls.drill(drill, got) if pitfalls is not None else None
+        hint = hint or next((h for value, h in drill.hints if math.isclose(got, value, rel_tol=1e-9)), None)
+        lines.append(f"{drill.name} = {got:.6g}: not yet the {drill.question} (graded {drill.tolerance()})")
+        if hint:
+            hints.append(hint)
+    if not wrong and not missing:
+        return Verdict(True, f"drills: all {len(d.drills)} answers are right")
+    head = f"drills: {right} of {len(d.drills)} right" + (f"; not yet: {', '.join(wrong)}" if wrong else "") \
+        + (f"; not answered: {', '.join(missing)}" if missing else "")
+    return Verdict(False, "\n".join([*dict.fromkeys(hints), head, *lines]))  # a named pitfall first, as elsewhere
 
 
 def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | None = None,
