@@ -12,7 +12,8 @@ SUBMISSIONS ?= autograder/submitted
 GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test release release-if-stale solutions autograde lint bench browser-deps sandbox-deps clean
+.PHONY: setup lab lab-instructor check test release release-if-stale solutions autograde lint bench browser-deps \
+        sandbox-deps clean
 
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
@@ -48,9 +49,24 @@ release: setup
 release-if-stale: setup
 	@$(BIN)/python -m servelab_autograder.release --if-stale
 
+# The learner's lab serves course/ without nbgrader's instructor tools or the news pop-up (lab/learner, for this
+# server only); the instructor's serves the repository with formgrader and Create Assignment.
+LEARNER_LAB := $(CURDIR)/lab/learner
 lab: setup release-if-stale
-	$(BIN)/jupyter lab --notebook-dir=course --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
+	JUPYTER_CONFIG_PATH=$(LEARNER_LAB)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(BIN)/jupyter lab --notebook-dir=course --LabApp.app_settings_dir=$(LEARNER_LAB)/settings \
+	  --LabApp.default_url=/lab/tree/README.md --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+lab-instructor: setup release-if-stale
+	$(BIN)/jupyter lab --notebook-dir=. --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+# Grade your own course/ notebooks (all, or CH=ch03_token_budget) with the hidden tests, in the sandbox when
+# this machine has one; never changes them. Progress: .servelab/progress.json.
+CH ?=
+check: setup release-if-stale
+	@$(BIN)/python -m servelab_autograder.check $(CH)
 
 # pytest-xdist workers, one per core by default. --dist loadscope keeps each test module and each notebook
 # (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.

@@ -129,13 +129,13 @@ def _kept(graded, a, student, cells):
 def test_complete_solution_scores_full_marks(graded, assignment):
     row, score, top = _row(graded, assignment, "solution")
     assert top > 0 and score == top, f"{assignment}: solution scored {score}/{top}: {row['message']}"
-    assert row["status"] == "ok", row
+    assert row["status"] == "graded", row
 
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_stubs_score_zero(graded, assignment):
     row, score, top = _row(graded, assignment, "stubs")
-    assert score == 0 and row["status"] == "ok", row
+    assert score == 0 and row["status"] == "graded", row
     assert "NotImplementedError" in row["message"], row
 
 
@@ -197,7 +197,7 @@ def test_hostile_submissions_score_what_their_honest_part_deserves(graded):
 
 def test_classmates_keep_their_scores_beside_hostile_submissions(graded):
     row, score, top = _row(graded, FIRST, "solution")
-    assert score == top and row["status"] == "ok"
+    assert score == top and row["status"] == "graded"
     wrong = next(s for s in graded["expected"][FIRST] if s.startswith("wrong-"))
     fails = graded["expected"][FIRST][wrong]["fails"]
     release_nb = submissions.load_release(FIRST, ROOT)

@@ -1,9 +1,13 @@
 """The released chapter works for a learner in JupyterLab, driven in a real (headless) Chromium.
 
 A JupyterLab server runs on a temporary copy of `course/` with its own HOME, config, workspaces and
-settings, so nothing on the machine changes and no earlier session leaks in. The test opens the first
-chapter, runs every cell the way a learner does (Run All) and checks what the learner sees: the plot,
-the `NotImplementedError` of an unsolved exercise, and that Run All reached the end of the notebook.
+settings, so nothing on the machine changes and no earlier session leaks in. It is the learner's lab, as
+`make lab` starts it (`lab/learner` on JUPYTER_CONFIG_PATH). The tests open the first chapter and check
+what the learner sees: the picture before anything has run, then, after Run All, the plot, the
+`NotImplementedError` of an unsolved exercise, and that Run All reached the end of the notebook; that the
+learner's lab has none of nbgrader's instructor tools and no news pop-up, while the instructor's lab
+(`make lab-instructor`, without that folder) has them; and that a feedback page from the grader shows a
+pitfall's message whole, wrapped rather than cut.
 
 Knobs (environment variables):
   SERVELAB_BROWSER_NOTEBOOK  notebook to open, relative to the course dir
@@ -114,7 +118,13 @@ def _write_lab_settings(settings_dir: Path) -> None:
     target.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
-def _start_server(tmp: Path, root: Path) -> LabServer:
+LEARNER_LAB = REPO / "lab" / "learner"   # what `make lab` puts on JUPYTER_CONFIG_PATH
+INSTRUCTOR_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                      "@jupyter/nbgrader:course-list")
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+
+
+def _start_server(tmp: Path, root: Path, learner: bool = True) -> LabServer:
     home = tmp / "home"
     for d in (home, tmp / "config", tmp / "data", tmp / "runtime", tmp / "workspaces", tmp / "settings"):
         d.mkdir(parents=True, exist_ok=True)
@@ -137,6 +147,9 @@ def _start_server(tmp: Path, root: Path) -> LabServer:
         PYTHONUNBUFFERED="1",
     )
     env.pop("JUPYTER_TOKEN", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    if learner:
+        env["JUPYTER_CONFIG_PATH"] = str(LEARNER_LAB)
 
     token = secrets.token_hex(24)
     last_error = ""
@@ -158,6 +171,9 @@ def _start_server(tmp: Path, root: Path) -> LabServer:
             "--LabApp.news_url=None",
             "--LabApp.extension_manager=readonly",
         ]
+        if learner:  # as `make lab` runs it
+            cmd += [f"--LabApp.app_settings_dir={LEARNER_LAB / 'settings'}",
+                    "--LabApp.default_url=/lab/tree/README.md"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")  # as root the server refuses to start without it
         with open(log, "wb") as fh:
@@ -220,6 +236,19 @@ def lab(tmp_path_factory) -> LabServer:
     root = tmp / "course"
     shutil.copytree(COURSE, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     server = _start_server(tmp, root)
+    try:
+        yield server
+    finally:
+        _stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def instructor_lab(tmp_path_factory) -> LabServer:
+    _require_browser()
+    tmp = tmp_path_factory.mktemp("jupyterlab-instructor")
+    root = tmp / "course"
+    shutil.copytree(COURSE, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    server = _start_server(tmp, root, learner=False)
     try:
         yield server
     finally:
@@ -326,6 +355,10 @@ def test_run_all_in_jupyterlab(lab, browser, tmp_path):
         assert info["path"] and info["path"].endswith(Path(NOTEBOOK).name), f"wrong notebook open: {info}"
         assert info["kernel"] == KERNEL_NAME, f"notebook runs kernel {info['kernel']!r}, not {KERNEL_NAME!r}"
 
+        # (0) before anything runs, the release's kept outputs already show the why-it-matters picture
+        _wait(page, f"() => ({JS_IMAGES})().some(i => i.complete && i.w > 0 && i.h > 0)", 30,
+              "the picture the release keeps, before Run All", lab)
+
         page.evaluate(JS_START_RUN_ALL)
         _wait(
             page,
@@ -411,4 +444,96 @@ def test_run_all_in_jupyterlab(lab, browser, tmp_path):
             if s.exists():
                 print(f"screenshot: {s}")
         print(f"browser test took {time.monotonic() - t0:.1f} s (server already running)")
+        context.close()
+
+
+JS_PLUGINS = """(ids) => ids.map(id => window.jupyterapp.hasPlugin(id))"""
+
+
+def _open_lab(server: LabServer, browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(server.url("/lab?reset"), timeout=PAGE_TIMEOUT_S * 1000)
+    _wait(page, "() => !!(window.jupyterapp && window.jupyterapp.started)", PAGE_TIMEOUT_S, "JupyterLab to start",
+          server)
+    page.evaluate("() => window.jupyterapp.started")
+    return context, page
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_learner_lab_has_no_instructor_tools(lab, browser):
+    context, page = _open_lab(lab, browser)
+    try:
+        plugins = INSTRUCTOR_PLUGINS + (NEWS_PLUGIN,)
+        present = dict(zip(plugins, page.evaluate(JS_PLUGINS, list(plugins)), strict=True))
+        assert not any(present.values()), f"the learner's lab still has: {[p for p, on in present.items() if on]}"
+        assert page.evaluate(JS_PLUGINS, ["@jupyter/nbgrader:assignment-list"]) == [True], \
+            "the learner's lab lost the Assignments tab"
+        assert _status(lab.url("/formgrader")) == 404, "the formgrader's server side still answers"
+        # the start page opens first, rendered, with the chapter map
+        page.goto(lab.url("/"), timeout=PAGE_TIMEOUT_S * 1000)
+        _wait(page, "() => !!document.querySelector('.jp-MarkdownViewer .jp-RenderedMarkdown table')", PAGE_TIMEOUT_S,
+              "the start page, rendered, with its chapter table", lab)
+        text = page.locator(".jp-MarkdownViewer .jp-RenderedMarkdown").first.inner_text()
+        assert "make check" in text and "ch01_continuous_batching" in text, text[:400]
+    finally:
+        context.close()
+
+
+def test_instructor_lab_has_the_tools(instructor_lab, browser):
+    context, page = _open_lab(instructor_lab, browser)
+    try:
+        present = dict(zip(INSTRUCTOR_PLUGINS, page.evaluate(JS_PLUGINS, list(INSTRUCTOR_PLUGINS)), strict=True))
+        assert all(present.values()), f"the instructor's lab lacks: {[p for p, on in present.items() if not on]}"
+        assert _status(instructor_lab.url("/formgrader")) != 404, "the formgrader is not served"
+    finally:
+        context.close()
+
+
+PITFALL = "static_finish_at_batch_end"   # its message is the one the old feedback page cut mid-word
+
+
+@pytest.fixture(scope="module")
+def feedback_page(tmp_path_factory) -> tuple[Path, str]:
+    """One known-wrong chapter 01 submission graded by the real grader: its feedback page and the pitfall line."""
+    from servelab_autograder import grade, known_wrong, sandbox, submissions
+
+    _require_browser()
+    assignment = "ch01_continuous_batching"
+    tmp = tmp_path_factory.mktemp("feedback")
+    nb, _ = submissions.known_wrong(assignment)[PITFALL]
+    submissions.write_one(tmp / "submitted", "ada", assignment, nb)
+    try:
+        sandbox.check()
+        how = []
+    except sandbox.SandboxUnavailable:
+        how = ["--unsafe-no-sandbox"]   # trusted: the repository's own known-wrong submission
+    assert grade.main([str(tmp / "submitted"), "--out", str(tmp / "out"), "--quiet", "--seed", "1", *how]) == 0
+    message = known_wrong.load(known_wrong.folder(REPO, assignment) / f"{PITFALL}.diff").message
+    return tmp / "out" / "feedback" / "ada" / assignment / f"{assignment}.html", message
+
+
+def test_feedback_page_shows_the_pitfall_whole(feedback_page, browser):
+    page_path, message = feedback_page
+    assert page_path.is_file(), f"no feedback page at {page_path}"
+    context = browser.new_context(viewport={"width": 1000, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(page_path.as_uri(), timeout=PAGE_TIMEOUT_S * 1000)
+        toc = page.locator("#toc li", has_text="simulate_static").first
+        assert message in toc.inner_text(), f"the list at the top does not name the pitfall: {toc.inner_text()!r}"
+        assert page.locator("#toc a", has_text="Test cell").count() == 0, "test cells are still listed unnamed"
+        box = page.locator(".output_error pre", has_text=message.split(";")[0][:60]).first
+        box.scroll_into_view_if_needed(timeout=10_000)
+        assert message in box.inner_text(), "the failure message is not shown whole"
+        cut = box.evaluate("e => e.scrollWidth > e.clientWidth + 1")
+        assert not cut, "the failure message runs past its box instead of wrapping"
+    finally:
         context.close()

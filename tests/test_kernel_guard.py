@@ -127,7 +127,7 @@ def test_a_lone_surrogate_is_malformed_not_a_grader_error(tmp_path):
 
 
 def test_results_are_written_at_once_and_a_new_run_moves_the_old_ones_aside(tmp_path):
-    one = grade.Outcome("ada", "ch01_x", 3, 17, "ok", "fine", 1.5, "abc")
+    one = grade.Outcome("ada", "ch01_x", 3, 17, "graded", "fine", 1.5, "abc")
     grade.save_result(tmp_path, one)
     assert grade.load_results(tmp_path) == {("ch01_x", "ada"): one}
     assert not list((tmp_path / "results" / "ch01_x").glob(".*"))  # no temporary file left behind

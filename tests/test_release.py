@@ -164,3 +164,15 @@ def test_release_is_byte_stable(fresh, tmp_path):
         assert run.returncode == 0, release.last_error(run.output)
         again = release.release_notebook(ROOT, a, tmp_path).read_bytes()
         assert again == release.release_notebook(ROOT, a, fresh).read_bytes(), a
+
+
+def test_start_page_maps_every_chapter():
+    """course/README.md, the page `make lab` opens first: one row per chapter, each linking its notebook."""
+    import re
+
+    page = (ROOT / release.RELEASE_DIR / "README.md").read_text(encoding="utf-8")
+    links = dict(re.findall(r"\| \[(ch\d\d_\w+)\]\(([^)]+)\)", page))
+    assert sorted(links) == CHAPTERS, f"the start page lists {sorted(links)}, the course has {CHAPTERS}"
+    for a, target in links.items():
+        assert (ROOT / release.RELEASE_DIR / target).resolve() == release.release_notebook(ROOT, a).resolve(), a
+    assert "make check" in page and "make check CH=" in page

@@ -80,6 +80,7 @@ def execute_notebook(path: str | Path, timeout: int = CELL_TIMEOUT, kernel: str 
         timeout=timeout,
         kernel_name=kernel,
         record_timing=False,
+        coalesce_streams=True,  # one stream output per cell, however the kernel chunked what it printed
         allow_errors=False,  # only cells tagged raises-exception may raise
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_execute=on_cell_execute,
@@ -125,7 +126,7 @@ def illustrate(path: str | Path, timeout: int = CELL_TIMEOUT, kernel: str = KERN
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, record_timing=False, allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            coalesce_streams=True, resources={"metadata": {"path": str(path.parent)}})
     try:
         client.execute()
     except (CellTimeoutError, DeadKernelError) as err:

@@ -29,7 +29,7 @@ results/ to runs/previous/<time>/ (the gradebook stays nbgrader's record); a run
 finished with ``--resume``, which grades only the submissions that have no result yet (or changed
 since). Output (``--out``, default autograder/): grades.csv (student, assignment, score, max_score, status,
 message), results/, gradebook.db, autograded/, feedback/ and per-submission logs in runs/grade-logs/.
-Status is one of: ok, repaired, cell-timeout, kernel-died, notebook-timeout, malformed, wrong-assignment,
+Status is one of: graded, repaired, cell-timeout, kernel-died, notebook-timeout, malformed, wrong-assignment,
 unknown-assignment, grader-error.
 
 The grader refuses to run when it cannot make the sandbox (it says why and how to fix it in one line);
@@ -47,6 +47,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -67,7 +68,7 @@ from servelab_autograder.kernel_guard import ENV_PLAN, TIMEOUT_ENAME
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
 MAX_ATTEMPTS = 4  # one run plus up to three re-grades
-STATUSES = ("ok", "repaired", "cell-timeout", "kernel-died", "notebook-timeout", "malformed",
+STATUSES = ("graded", "repaired", "cell-timeout", "kernel-died", "notebook-timeout", "malformed",
             "wrong-assignment", "unknown-assignment", "grader-error")
 RESULTS = "results"
 PREVIOUS = "runs/previous"
@@ -83,7 +84,7 @@ class Outcome:
     assignment: str
     score: float = 0.0
     max_score: float = 0.0
-    status: str = "ok"
+    status: str = "graded"
     message: str = ""
     seconds: float = 0.0
     digest: str = ""   # sha256 of the submitted notebook's bytes: a resumed run re-grades a changed one
@@ -485,6 +486,7 @@ class Grader:
         self.every_chapter: dict[str, Chapter] = {}   # all of solutions/, to recognise a foreign notebook
         self.results: list[Outcome] = []
         self.total = 0
+        self.widths = (0, 0)   # of the assignment and student columns of the progress lines
 
     def limits(self, assignment: str) -> grading_limits.Limits:
         return grading_limits.for_chapter(assignment, self.base_limits, **self.overrides)
@@ -501,7 +503,8 @@ class Grader:
         self.results.append(outcome)
         n = len(self.results)
         width = len(str(self.total))
-        self.say(f"[{n:>{width}}/{self.total}] {outcome.assignment}  {outcome.student:<28} "
+        aw, sw = self.widths
+        self.say(f"[{n:>{width}}/{self.total}] {outcome.assignment:<{aw}}  {outcome.student:<{sw}}  "
                  f"{_num(outcome.score):>5}/{_num(outcome.max_score):<5} {outcome.status:<17} "
                  f"{'resumed' if how == 'resumed' else f'{outcome.seconds:5.1f}s'}  {_short(outcome.message, 90)}")
 
@@ -574,6 +577,7 @@ class Grader:
             for adir in sorted(p for p in sdir.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 found.append((sdir.name, adir.name, adir))
         self.total = len(found)
+        self.widths = (max((len(a) for _, a, _ in found), default=0), max((len(s) for s, _, _ in found), default=0))
         if not self.resume:
             moved = move_aside(self.out)
             if moved:
@@ -802,7 +806,7 @@ class Grader:
         else:
             done.status = "grader-error"
             done.message = f"nbgrader failed: {_short(self.release.last_error(run.output), 160)}"
-        graded = self.autograded_path(job).is_file() and done.status in ("ok", "repaired", "cell-timeout",
+        graded = self.autograded_path(job).is_file() and done.status in ("graded", "repaired", "cell-timeout",
                                                                           "kernel-died")
         if not graded:
             done.message = "; ".join(dict.fromkeys([done.message, *job.notes, *job.remarks]))
@@ -841,7 +845,7 @@ class Grader:
         if manual:
             remarks.append(f"needs manual grading: {', '.join(manual)}")
         done.status = ("kernel-died" if job.kernel_died else "cell-timeout" if job.timed_out_cell
-                       else "repaired" if job.notes else "ok")
+                       else "repaired" if job.notes else "graded")
         parts = job.notes + remarks + lost
         done.message = "; ".join(dict.fromkeys(parts)) if parts else "all tests passed"
 
@@ -866,6 +870,12 @@ class Grader:
                     self.release.run_nbgrader([*argv, "--student", s], cwd=self.root, env=self.env,
                                               log_path=self.logs / a / f"_feedback-{s}.log")
 
+        for r in self.results:
+            page = self.feedback / r.student / r.assignment / f"{r.assignment}.html"
+            nb = self.autograded / r.student / r.assignment / f"{r.assignment}.ipynb"
+            if page.is_file() and nb.is_file():
+                polish_feedback(page, nbformat.read(nb, as_version=4))
+
     def write_failure_feedback(self, outcome: Outcome) -> None:
         """A small feedback page for submissions nbgrader could not grade."""
         folder = self.feedback / outcome.student / outcome.assignment
@@ -882,6 +892,40 @@ class Grader:
         for box in self.staging.glob("s[0-9]*"):
             sandbox.sweep(box)
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+FEEDBACK_STYLE = """<style id="servelab-feedback">
+/* servelab: a failure message is read whole, not cut at the box's edge */
+div.output_area pre, div.output_subarea pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+#toc .servelab-lost { display: block; margin-left: 1em; color: #a94442; white-space: pre-wrap; }
+</style>
+"""
+
+
+def polish_feedback(page: Path, graded) -> None:
+    """Make nbgrader's feedback page read: failure messages wrap instead of being cut, and each test cell in
+    the list at the top is named by its exercise, with the first line of what cost it points. Idempotent."""
+    text = page.read_text(encoding="utf-8")
+    if 'id="servelab-feedback"' in text:
+        return
+    lost = {}
+    for cell in graded.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        failed = any(o.get("output_type") == "error" or o.get("name") == "stderr" for o in cell.get("outputs", []))
+        if meta.get("grade") and not meta.get("solution") and meta.get("grade_id") and failed:
+            lost[meta["grade_id"]] = first_error_line(cell).removeprefix("AssertionError: ")
+
+    def entry(m) -> str:
+        gid = html.unescape(m.group(1))
+        name = gid.removeprefix("test_")
+        why = f'<span class="servelab-lost">{html.escape(lost[gid])}</span>' if gid in lost else ""
+        return f'<li><a href="#{m.group(1)}">{html.escape(name)}</a> (Score: {m.group(2)}){why}</li>'
+
+    text = re.sub(r'<li><a href="#([^"]+)">Test cell</a> \(Score: ([^)]*)\)</li>', entry, text)
+    text = re.sub(r'<li><a href="#comment-([^"]+)">Comment</a></li>',
+                  lambda m: f'<li><a href="#comment-{m.group(1)}">comment on your {m.group(1)}</a></li>', text)
+    text = text.replace("</head>", FEEDBACK_STYLE + "</head>", 1)
+    _write_atomic(page, text)
 
 
 def write_csv(path: Path, outcomes: list[Outcome]) -> None:

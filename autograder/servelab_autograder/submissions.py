@@ -263,7 +263,7 @@ def tamper(assignment: str, root: Path | None = None, others: list[str] | None =
         nb = copy.deepcopy(full)
         cell = nb.cells[_cell_index(nb, gid)]
         cell.source = re.sub(rf"^def {re.escape(name)}\(", f"def {name}_v2(", cell.source, count=1, flags=re.M)
-        out["renamed"] = (nb, expect("ok", None, f"NameError: name '{name}' is not defined", own_tests(gid, fails),
+        out["renamed"] = (nb, expect("graded", None, f"NameError: name '{name}' is not defined", own_tests(gid, fails),
                                      below=True, what=f"{name} renamed to {name}_v2"))
 
     # an endless loop that swallows KeyboardInterrupt, at the top of a solution cell
@@ -505,19 +505,19 @@ def hostile(assignment: str, root: Path | None = None, known: list[str] | None =
 
     out = {
         "gradebook": (_with_cell(full, HOSTILE_REACH.format(known=known)),
-                      expect("ok", what="rewrites the gradebook, classmates' copies and feedback it can find")),
+                      expect("graded", what="rewrites the gradebook, classmates' copies and feedback it can find")),
         "grader-source": (_with_cell(full, HOSTILE_GRADER_SOURCE.format(
             known=[str(p) for p in sorted((root / "autograder" / "servelab_autograder").glob("*.py"))])),
-            expect("ok", what="appends a full-marks determine_grade to nbgrader's and the grader's source")),
+            expect("graded", what="appends a full-marks determine_grade to nbgrader's and the grader's source")),
         "kill": (_with_cell(full, HOSTILE_KILL), expect("kernel-died", message="the kernel died in it",
                                                         what="SIGKILL to its parent, every visible pid and -1")),
         "daemon": (_with_cell(full, HOSTILE_DAEMON.format(marker=DAEMON_MARKER)),
-                   expect("ok", what="a setsid + double-fork daemon")),
-        "memory": (_with_cell(full, HOSTILE_MEMORY), expect("ok", what="a 6 GiB allocation")),
-        "flood": (_with_cell(full, HOSTILE_FLOOD), expect("ok", what="100 MB printed on one line")),
-        "processes": (_with_cell(full, HOSTILE_PROCESSES), expect("ok", what="500 threads")),
-        "network": (_with_cell(full, HOSTILE_NETWORK), expect("ok", what="connects out and to local services")),
-        "disk": (_with_cell(full, HOSTILE_DISK), expect("ok", what="writes 4 GiB into its working folder")),
+                   expect("graded", what="a setsid + double-fork daemon")),
+        "memory": (_with_cell(full, HOSTILE_MEMORY), expect("graded", what="a 6 GiB allocation")),
+        "flood": (_with_cell(full, HOSTILE_FLOOD), expect("graded", what="100 MB printed on one line")),
+        "processes": (_with_cell(full, HOSTILE_PROCESSES), expect("graded", what="500 threads")),
+        "network": (_with_cell(full, HOSTILE_NETWORK), expect("graded", what="connects out and to local services")),
+        "disk": (_with_cell(full, HOSTILE_DISK), expect("graded", what="writes 4 GiB into its working folder")),
     }
     if len(sol) >= 2:
         # exit() at the end of a middle solution cell: the cells before it keep their points
@@ -529,7 +529,7 @@ def hostile(assignment: str, root: Path | None = None, known: list[str] | None =
                                   what=f"exit() at the end of {gid}", keeps=before))
         nb = copy.deepcopy(full)
         nb.cells[_cell_index(nb, gid)].source += SYS_EXIT_CALL
-        out["sys-exit"] = (nb, expect("ok", message=f"cell {gid} called sys.exit()",
+        out["sys-exit"] = (nb, expect("graded", message=f"cell {gid} called sys.exit()",
                                       what=f"sys.exit(0) at the end of {gid}"))
     text = nbformat.writes(full).replace('"cells": [', '"cells": [{"cell_type": "markdown", "id": "lone", '
                                          '"metadata": {}, "source": "\\ud800"}, ', 1)
@@ -630,7 +630,7 @@ def hostile_to_verdicts(assignment: str, root: Path | None = None) -> dict[str, 
     worth = {grade_id(c): points(c) for c in full.cells if is_test(c)}
     first_solution = next(grade_id(c) for c in stubs.cells if is_solution(c))
 
-    def expect(score, message="", what="", status="ok"):
+    def expect(score, message="", what="", status="graded"):
         return {"status": status, "score": score, "max_score": top, "below_full": score < top, "fails": [],
                 "message": message, "description": what, "keeps": []}
 
@@ -713,13 +713,13 @@ def all_submissions(assignment: str, root: Path | None = None, others: list[str]
     top = max_score(release)
     subs = {
         "solution": (complete_submission(assignment, root),
-                     {"status": "ok", "score": top, "max_score": top, "below_full": False, "fails": [],
+                     {"status": "graded", "score": top, "max_score": top, "below_full": False, "fails": [],
                       "message": "", "description": "every solution cell filled from solutions/"}),
-        "stubs": (release, {"status": "ok", "score": 0.0, "max_score": top, "below_full": True, "fails": [],
+        "stubs": (release, {"status": "graded", "score": 0.0, "max_score": top, "below_full": True, "fails": [],
                             "message": "NotImplementedError", "description": "the release, unchanged"}),
     }
     for name, (nb, info) in known_wrong(assignment, root).items():
-        subs[f"wrong-{name}"] = (nb, {"status": "ok", "score": None, "max_score": top, "below_full": True,
+        subs[f"wrong-{name}"] = (nb, {"status": "graded", "score": None, "max_score": top, "below_full": True,
                                       "fails": info["fails"], "message": info["message"],
                                       "description": info["description"]})
     for kind, (nb, exp) in tamper(assignment, root, others).items():

@@ -1,0 +1,91 @@
+"""`make check`: a learner grades their own notebook through the trusted grading path.
+
+One real run (nbgrader, the sandbox where the machine has one) on a chapter 01 notebook with one exercise
+right, one exercise holding a known pitfall, one drill wrong and the others unanswered: the report gives
+each exercise's points and the pitfall's own message, marks the drills without giving an answer away,
+keeps the progress, and leaves the learner's notebook byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import nbformat
+import pytest
+
+from servelab_autograder import check, known_wrong, release, sandbox, submissions, verdicts
+
+ROOT = release.repo_root()
+A = "ch01_continuous_batching"
+
+
+def _learner_notebook():
+    """The release with simulate_static solved, simulate_continuous holding a pitfall, drill_1 wrong."""
+    nb = submissions.load_release(A, ROOT)
+    solved = submissions.complete_submission(A, ROOT)
+    wrong, _ = submissions.known_wrong(A, ROOT)["continuous_waits_for_batch"]
+    answers = {"simulate_static": solved, "simulate_continuous": wrong}
+    for cell in nb.cells:
+        gid = submissions.grade_id(cell)
+        if gid in answers:
+            cell.source = next(c.source for c in answers[gid].cells if submissions.grade_id(c) == gid)
+        elif gid == "drills":
+            cell.source = "drill_1 = 299\n"
+    return nb
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("check")
+    path = tmp / "course" / A / f"{A}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(_learner_notebook(), path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = check.main([A, "--seed", "7", "--course", str(tmp / "course"), "--state", str(tmp / "state")])
+    return rc, out.getvalue(), path, before, tmp / "state"
+
+
+def test_check_reports_each_exercise(checked):
+    rc, text, *_ = checked
+    assert rc == 0, text
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.startswith("  ") and ln.split()}
+    assert "right" in lines["simulate_static"] and "2/2" in lines["simulate_static"], text
+    pitfall = known_wrong.load(known_wrong.folder(ROOT, A) / "continuous_waits_for_batch.diff").message
+    assert pitfall in lines["simulate_continuous"] and "0/3" in lines["simulate_continuous"], text
+    assert "fill in the function first" in lines["utilization"], text
+    assert f"{A}: 2 / " in text, text   # the one-line summary of the chapter
+
+
+def test_check_marks_drills_without_their_answers(checked):
+    _, text, *_ = checked
+    assert "drill_1 = 299: not yet" in text and "not answered: drill_2" in text, text
+    drills = verdicts.table(A).drills.drills
+    told = text.replace("= 299", "")
+    for drill in drills:   # what the learner wrote and the questions themselves may hold numbers
+        told = told.replace(drill.question, "")
+    for drill in drills:
+        assert f"{float(drill.expected()):.3g}" not in told, f"{drill.name}'s answer shows in the report"
+
+
+def test_check_keeps_progress_and_leaves_the_notebook_alone(checked):
+    _, text, path, before, state = checked
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before, "make check changed the learner's notebook"
+    progress = json.loads((state / check.PROGRESS).read_text(encoding="utf-8"))
+    assert progress[A]["score"] == 2 and "simulate_static" in progress[A]["done"], progress
+    assert "simulate_continuous" in progress[A]["todo"], progress
+    assert "your progress" in text and "to do: simulate_continuous" in text, text
+
+
+def test_check_says_when_there_is_no_sandbox(monkeypatch):
+    def refuse():
+        raise sandbox.SandboxUnavailable("bwrap is not installed")
+
+    monkeypatch.setattr(sandbox, "check", refuse)
+    use, line = check.where_to_grade()
+    assert not use and "no grading sandbox on this machine (bwrap is not installed)" in line and "your own code" in line
