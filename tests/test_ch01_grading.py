@@ -233,3 +233,25 @@ def test_probe_answers_are_plain_data_only():
     reply = probe.answer(req, ns)
     first = reply["calls"][0]["results"][0]
     assert set(first) == {"ok", "after"} and plain.decode(first["ok"]) == (200, [20, 200, 70, 100])
+
+
+def test_the_visible_drill_cell_names_the_drills_not_answered_yet():
+    ns = solution()
+    for name in ("drill_1", "drill_4"):
+        del ns[name]
+    with pytest.raises(AssertionError, match=r"not answered yet: drill_1, drill_4 \(assign a number"):
+        exec(NB.source("test_drills"), ns)
+
+
+def test_the_new_drills_name_a_known_wrong_answer():
+    ns = {**solution(), "drill_5": batching.simulate_static(table.DRILL_5_LENS, 32)[0]}
+    assert "sort the lengths first" in grade(ns)["test_drills"].message
+    inverted = solution("drills_gain_inverted")["drill_4"]
+    assert "not its inverse" in grade({**solution(), "drill_4": inverted})["test_drills"].message
+
+
+def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
+    text = "\n".join("".join(c["source"]) for c in NB.read()["cells"]).lower()
+    assert "lesson" not in text and "question 5" not in text
+    messages = [p.message for p in PATCHES] + [d.question for d in CHAPTER.drills.drills]
+    assert not [m for m in messages if "lesson" in m.lower()]

@@ -108,13 +108,13 @@ def test_the_hash_collision_case_catches_a_lookup_by_hash_alone():
     assert caught
     # and only those: on every other fixed case the hash alone gives nano-vllm's answer
     assert all(spec.judge(a, _call(spec, wrong, a)) is None for a in ch02.cases_of("can_allocate",
-                                                                                 ch02.lesson_scenarios()))
+                                                                                 ch02.visible_scenarios()))
     text = failing(solution("can_allocate_no_token_check"), cells=["test_can_allocate"])["test_can_allocate"]
     assert "a hash collision: not a hit" in text
 
 
 def fake_model_token(prompt: list[int]) -> int:
-    """What the lesson's fake model samples after ``prompt`` (servelab.engine.expected)."""
+    """What the fake model samples after ``prompt`` (servelab.engine.expected)."""
     from servelab.engine import expected
 
     return expected(prompt, 1)[0]
@@ -146,7 +146,7 @@ def test_the_replay_answers_only_the_reference_runs_calls():
 
 def test_drivers_leave_their_arguments_and_build_the_same_state():
     for name in ("schedule", "postprocess", "preempt"):
-        args = ch02.cases_of(name, [ch02.lesson_abc()])[0]
+        args = ch02.cases_of(name, [ch02.abc_run()])[0]
         before = json.dumps(plain.encode(list(args)))
         ch02.SPECS[name].expected(args)
         assert json.dumps(plain.encode(list(args))) == before, name
@@ -162,8 +162,8 @@ def test_visible_messages_name_the_pitfall_through_the_atlas():
     assert ch02.diagnose("preempt", solution()["preempt"]).startswith("preempt agrees with nano-vllm's")
     cls = solution("preempt_head")["Scheduler"]
     with pytest.raises(AssertionError, match="Your Scheduler differs from nano-vllm's at step 1"):
-        ch02.compare_lesson_step2(cls)
-    ch02.compare_lesson_step2(solution()["Scheduler"])
+        ch02.compare_scheduler(cls)
+    ch02.compare_scheduler(solution()["Scheduler"])
 
 
 def test_the_atlas_is_what_the_patches_give():
@@ -183,6 +183,35 @@ def test_drills_name_a_wrong_count_and_want_whole_numbers():
     assert "C is preempted after it has generated tokens" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_2": 992.0}
     assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_4": 37}
+    assert "recompute covers them too" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_the_visible_drill_cell_names_the_drills_not_answered_yet():
+    ns = solution()
+    for name in ("drill_2", "drill_5"):
+        del ns[name]
+    with pytest.raises(AssertionError, match=r"not answered yet: drill_2, drill_5 \(assign a whole number"):
+        exec(NB.source("test_drills"), ns)
+    ns = {**solution(), "drill_1": 20.0}
+    with pytest.raises(AssertionError, match="drill_1 must be a whole number"):
+        exec(NB.source("test_drills"), ns)
+
+
+def test_visible_test_cells_say_when_they_pass():
+    for gid in NB.test_cells():
+        last = NB.source(gid).rstrip().splitlines()[-1]
+        assert last.startswith("print(") and ("pass" in last or "answered" in last), gid
+
+
+def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
+    nb = NB.read()
+    text = "\n".join("".join(c["source"]) for c in nb["cells"])
+    assert "lesson" not in text.lower()
+    messages = [p.message for p in PATCHES] + [d.question for d in CHAPTER.drills.drills]
+    messages += [h for d in CHAPTER.drills.drills for _, h in d.hints]
+    assert not [m for m in messages if "lesson" in m.lower()]
+    assert "lesson" not in ch02.diagnose("preempt", solution()["preempt"])
 
 
 def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):

@@ -42,7 +42,7 @@ def test_draws_free_blocks_step_kinds_and_preemptions():
         kinds = ["P" if c == colours[0] else "D" for c in colours]
         assert kinds == ["P", "P", "D", "D", "D", "P", "D"] and len(set(colours)) == 2
         # C is preempted at step 3: one marker there, labelled with its name
-        assert [t.get_text() for t in ax.texts] == ["preempt C"]
+        assert [t.get_text() for t in ax.texts] == ["preempted seq C"]
         markers = [ln for ln in ax.lines if ln.get_marker() == "X"]
         assert [(list(m.get_xdata()), list(m.get_ydata())) for m in markers] == [([3], [1])]
         # the cache's size as a dashed line, and the title sums the run up
@@ -81,3 +81,14 @@ def test_rejects_a_num_blocks_that_does_not_fit_the_trace():
         plot_free_blocks(trace, num_blocks=2)
     with pytest.raises(ValueError, match="num_blocks must be >= 1"):
         plot_free_blocks(trace, num_blocks=0)
+
+
+def test_a_step_that_preempts_two_names_both():
+    sch = Scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=16, enable_prefix_caching=False)
+    reqs = [Sequence([ord(n) * 10 + j for j in range(4)], SamplingParams(max_tokens=3, ignore_eos=True), name=n)
+            for n in "ABCD"]
+    fig = plot_free_blocks(Engine(sch).run(reqs), num_blocks=4)
+    try:
+        assert [t.get_text() for t in fig.axes[0].texts] == ["preempted seqs C, D"]
+    finally:
+        plt.close(fig)

@@ -13,7 +13,7 @@ reference never did and the replay says so (``diverged``). Nothing here can pree
 input of its own, so nothing here is a reference to copy.
 
 :data:`SPECS` holds each exercise (its driver, how a result is read and shown); :func:`diagnose` is a visible
-assert's message; :func:`compare_lesson_step2` runs the learner's whole Scheduler on the lesson's workloads.
+assert's message; :func:`compare_scheduler` runs the learner's whole Scheduler on the chapter's workloads.
 The hidden cases and the verdicts are the grader's (``servelab_autograder.checks.ch02``).
 """
 
@@ -400,17 +400,19 @@ def _record(sc: dict) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the lesson's workloads (the visible checks; the grader adds its own)
+# the chapter's workloads (the visible checks; the grader adds its own)
 
 
-def lesson_abc() -> dict:
+def abc_run() -> dict:
+    """The shape table's run: A, B, C with 6, 5 and 3 prompt tokens, 4 tokens each, 5 blocks of 4, budget 8."""
     reqs = [(n, [ord(n) * 100 + j for j in range(L)], 4, True) for n, L in [("A", 6), ("B", 5), ("C", 3)]]
-    return scenario("the lesson's A/B/C shape table", 5, 4, 8, [(0, reqs)])
+    return scenario("the A/B/C shape table", 5, 4, 8, [(0, reqs)])
 
 
-def lesson_tight(bs: int) -> dict:
+def tight_memory_run(bs: int) -> dict:
+    """Five prompts of 3bs, 1, bs + 1, 2bs - 1 and bs tokens, each generating bs + 2, in 5 blocks of bs."""
     prompts = [list(range(i * 10000, i * 10000 + n)) for i, n in enumerate([3 * bs, 1, bs + 1, 2 * bs - 1, bs])]
-    return scenario(f"the lesson's tight-memory loop at block size {bs}", 5, bs, bs + bs // 2,
+    return scenario(f"the tight-memory loop at block size {bs}", 5, bs, bs + bs // 2,
                     [(0, [(str(i), p, bs + 2, True) for i, p in enumerate(prompts)])])
 
 
@@ -444,7 +446,7 @@ def pitfall_scenarios() -> list[dict]:
 
 
 def cache_scenarios() -> list[dict]:
-    """Prefix-cache scenarios (caching on): the lesson's three phenomena and one per can_allocate pitfall."""
+    """Prefix-cache scenarios (caching on): the chapter's three phenomena and one per can_allocate pitfall."""
     system = list(range(100, 110))
     return [
         scenario("a shared 10-token system prompt", 10, 4, 64,
@@ -471,11 +473,11 @@ def cache_scenarios() -> list[dict]:
     ]
 
 
-def lesson_scenarios() -> list[dict]:
-    """The lesson's workloads, one per pitfall and the prefix cache's: the visible checks' cases."""
+def visible_scenarios() -> list[dict]:
+    """The chapter's workloads, one per pitfall and the prefix cache's: the visible checks' cases."""
     pitfalls = pitfall_scenarios()
-    return [lesson_abc(), lesson_tight(4), lesson_tight(16), *pitfalls, *(with_cache(sc, True) for sc in pitfalls),
-            with_cache(lesson_abc(), True), *cache_scenarios()]
+    return [abc_run(), tight_memory_run(4), tight_memory_run(16), *pitfalls,
+            *(with_cache(sc, True) for sc in pitfalls), with_cache(abc_run(), True), *cache_scenarios()]
 
 
 def cases_of(exercise: str, scenarios) -> list[tuple]:
@@ -707,8 +709,8 @@ SPECS = {s.name: s for s in [
 ]}
 
 def scheduler_scenarios() -> list[dict]:
-    """The whole Scheduler's workloads (prefix caching off, as in the lesson's Step 2)."""
-    return [lesson_abc(), *(lesson_tight(bs) for bs in (4, 16, 256)), *pitfall_scenarios()]
+    """The whole Scheduler's workloads (prefix caching off)."""
+    return [abc_run(), *(tight_memory_run(bs) for bs in (4, 16, 256)), *pitfall_scenarios()]
 
 
 VISIBLE = {"needs_new_block": lambda: rule_cases((4, 1, 2, 3, 256)),
@@ -716,22 +718,22 @@ VISIBLE = {"needs_new_block": lambda: rule_cases((4, 1, 2, 3, 256)),
 
 
 def visible_cases(name: str) -> list[tuple]:
-    return VISIBLE[name]() if name in VISIBLE else cases_of(name, lesson_scenarios())
+    return VISIBLE[name]() if name in VISIBLE else cases_of(name, visible_scenarios())
 
 
 def diagnose(exercise: str, fn) -> str:
-    """What is wrong with the learner's ``fn`` (their method, or their Scheduler class for ``"lesson_step2"``) on
-    the lesson's workloads, in their terms, for a visible assert's message. Never raises."""
-    name = "Scheduler" if exercise == "lesson_step2" else exercise
-    return spec.diagnose_cases(SPECS, ASSIGNMENT, fn, name, lambda: visible_cases(name), exercise, "nano-vllm's")
+    """What is wrong with the learner's ``fn`` (their method, or their Scheduler class for ``"Scheduler"``) on
+    the chapter's workloads, in their terms, for a visible assert's message. Never raises."""
+    return spec.diagnose_cases(SPECS, ASSIGNMENT, fn, exercise, lambda: visible_cases(exercise), exercise,
+                               "nano-vllm's")
 
 
-def compare_lesson_step2(scheduler_class) -> None:
-    """The learner's whole Scheduler step by step against nano-vllm's on the lesson's workloads (prefix caching
+def compare_scheduler(scheduler_class) -> None:
+    """The learner's whole Scheduler step by step against nano-vllm's on the chapter's workloads (prefix caching
     off); raises AssertionError naming the first step that differs."""
-    msg = diagnose("lesson_step2", scheduler_class)
-    if not msg.startswith("lesson_step2 agrees"):
+    msg = diagnose("Scheduler", scheduler_class)
+    if not msg.startswith("Scheduler agrees"):
         raise AssertionError(msg)
 
 
-__all__ = ["ASSIGNMENT", "SPECS", "compare_lesson_step2", "diagnose", "record", "scenario", "snapshot"]
+__all__ = ["ASSIGNMENT", "SPECS", "compare_scheduler", "diagnose", "record", "scenario", "snapshot"]

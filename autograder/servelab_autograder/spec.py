@@ -178,7 +178,7 @@ def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, 
 def diagnose_cases(specs: Mapping[str, Spec], assignment: str, fn, name: str, cases, exercise: str,
                    reference: str = "the reference") -> str:
     """A stateful chapter's visible-assert message: what is wrong with ``fn`` on the first of ``cases`` (a
-    callable making them: the lesson's workloads) it gets wrong, or a note that it agrees on all. Never raises."""
+    callable making them: the chapter's workloads) it gets wrong, or a note that it agrees on all. Never raises."""
     try:
         cases = cases()
     except Exception as e:  # noqa: BLE001 - a message, whatever happens
@@ -187,7 +187,7 @@ def diagnose_cases(specs: Mapping[str, Spec], assignment: str, fn, name: str, ca
         msg = diagnose(specs, atlas(assignment), fn, args, name)
         if not msg.endswith("is correct on this input"):
             return msg
-    return f"{exercise} agrees with {reference} on the lesson's workloads: the failing assert checks something else"
+    return f"{exercise} agrees with {reference} on the chapter's workloads: the failing assert checks something else"
 
 
 def atlas_path(assignment: str) -> Path:

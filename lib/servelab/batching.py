@@ -98,7 +98,7 @@ def _check_pmf(pmf) -> list[float]:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Step 1 of the lesson: static vs continuous batching
+# static vs continuous batching
 
 
 def simulate_static(out_lens: Sequence[int], B: int) -> tuple[int, list[int]]:
@@ -140,7 +140,7 @@ def simulate_continuous(out_lens: Sequence[int], B: int) -> tuple[int, list[int]
 
 
 def naive_continuous(out_lens: Sequence[int], B: int) -> tuple[int, list[int]]:
-    """Continuous batching simulated one decode step at a time (the lesson's reference for
+    """Continuous batching simulated one decode step at a time (the slow, obvious reference for
     :func:`simulate_continuous`): before every step, free slots are filled with the next requests in list
     order; after it, every running request has one token fewer to go.
 
@@ -316,7 +316,7 @@ def simulate_static_arrivals(arrivals: Sequence[int], out_lens: Sequence[int], B
 
 
 # --------------------------------------------------------------------------------------------------------
-# question 5: the gain is a statistic of the output-length distribution
+# the gain is a statistic of the output-length distribution
 #
 # A pmf is a list: pmf[k - 1] is the probability that a request generates exactly k tokens (k = 1..n).
 

@@ -1,4 +1,4 @@
-"""The lesson's fake model and a driver loop: schedule, run the model, postprocess, record a trace.
+"""A fake model and a driver loop: schedule, run the model, postprocess, record a trace.
 
 The fake model's next token depends only on the tokens whose KV exists after this step, so chunking,
 batching and recompute-after-preemption are invisible in the output: every request must produce
@@ -36,7 +36,7 @@ class StepRecord:
     cached: list[tuple[str, int]]           # (name, num_cached_tokens) when scheduled
     preempted: list[str]
     finished: list[str]
-    free_blocks: int                        # after schedule(), before postprocess (as the lesson's table)
+    free_blocks: int                        # after schedule(), before postprocess (as in the shape table)
     waiting: list[str] = field(default_factory=list)   # after postprocess
     running: list[str] = field(default_factory=list)   # after postprocess
 

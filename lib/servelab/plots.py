@@ -78,7 +78,8 @@ def plot_free_blocks(trace, num_blocks, ax=None):
 
     The line is the number of free blocks read right after ``schedule()`` (the shape table's "free blocks");
     each step's background says its kind (blue: prefill, orange: decode); a red cross marks a step that
-    preempted, labelled with the preempted names; the dashed line is the cache's ``num_blocks``.
+    preempted, labelled with the names of the sequences it preempted ("preempted seq C"); the dashed line is
+    the cache's ``num_blocks``.
 
     ``ax``: ``None`` (a new figure) or the Axes to draw on. Returns the Figure.
 
@@ -112,7 +113,8 @@ def plot_free_blocks(trace, num_blocks, ax=None):
         if r.preempted:
             ax.plot([r.step], [r.free_blocks], linestyle="none", marker="X", markersize=10, color="#d62728",
                     markeredgecolor="white", zorder=3)
-            ax.annotate(f"preempt {', '.join(r.preempted)}", (r.step, r.free_blocks), xytext=(0, 10),
+            label = f"preempted seq{'s' if len(r.preempted) > 1 else ''} {', '.join(r.preempted)}"
+            ax.annotate(label, (r.step, r.free_blocks), xytext=(0, 10),
                         textcoords="offset points", ha="center", fontsize=8, color="#d62728")
     n_pre = sum(len(r.preempted) for r in records)
     n_prefill = sum(r.is_prefill for r in records)

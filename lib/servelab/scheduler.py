@@ -10,8 +10,8 @@ Two deliberate differences from nano-vllm:
 - any block size >= 1 works (nano-vllm requires a multiple of 256). The decode rule "a new block when
   len % block_size == 1" is written as (len - 1) % block_size == 0, which is the same for block sizes
   >= 2 and also right for block size 1;
-- prefix caching can be switched off (`enable_prefix_caching=False`). Off, the block manager is the
-  lesson's Step 2 one: no hashes, `can_allocate` returns 0 or -1, freed blocks go back in reverse.
+- prefix caching can be switched off (`enable_prefix_caching=False`). Off, the block manager keeps only
+  what the scheduler needs: no hashes, `can_allocate` returns 0 or -1, freed blocks go back in reverse.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SequenceStatus(Enum):
     FINISHED = auto()
 
 
-Status = SequenceStatus  # the lesson's short name
+Status = SequenceStatus  # a short alias
 
 
 @dataclass

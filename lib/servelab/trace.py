@@ -1,4 +1,4 @@
-"""The lesson's shape table: one row per schedule() call, rendered from an Engine trace."""
+"""The shape table: one row per schedule() call (what ran, lengths, cache, queues), rendered from an Engine trace."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class ShapeTable:
 
 
 def shape_table(trace: SequenceOf[StepRecord], columns: SequenceOf[str] = COLUMNS) -> ShapeTable:
-    """The lesson's table for a trace from `servelab.engine.Engine`.
+    """The shape table of a trace from `servelab.engine.Engine`: one row per schedule() call.
 
     >>> from servelab.scheduler import Scheduler, Sequence, SamplingParams
     >>> from servelab.engine import Engine

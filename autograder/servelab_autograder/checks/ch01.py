@@ -1,7 +1,7 @@
 """Chapter 01's grading table: each test cell, the exercise it grades and its cases; the drills' answers.
 
-Fixed cases come first (the lesson's, then one for each pitfall, then edge cases): the pitfall atlas of the
-learner-facing module is made from them. The random ones are drawn from the run's seed.
+Fixed cases come first (the chapter's worked examples, then one for each pitfall, then edge cases): the pitfall
+atlas of the learner-facing module is made from them. The random ones are drawn from the run's seed.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from servelab import batching as ref
+from servelab import workloads
 from servelab_autograder import ch01
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise, Relation
 
@@ -71,11 +72,13 @@ def _pmf(rng: random.Random, n: int) -> list[float]:
 
 BIMODAL_PMF = [0.9 if k == 50 else 0.1 if k == 1000 else 0.0 for k in range(1, 1001)]
 DRILL_1_LENS = [300] + [20] * 30
+# drill 5: the uniform workload of the chapter's "how close to the bound" table
+DRILL_5_LENS = workloads.output_lengths(2000, "uniform", seed=3, lo=1, hi=200)
 
 CHAPTER = Chapter(
     assignment=ch01.ASSIGNMENT,
-    prelude="import heapq\nimport math\nimport numbers\nimport random\n",
-    demos=("setup_2", "setup_3", "setup_4"),
+    prelude="import heapq\nimport math\nimport numbers\nimport random\n\nfrom servelab import workloads\n",
+    demos=("setup_2", "setup_3", "setup_4", "setup_7"),
     references=tuple(f"servelab.batching:{n}" for n in (
         "simulate_static", "simulate_continuous", "naive_continuous", "utilization", "lower_bound",
         "slot_assignments", "simulate_continuous_arrivals", "expected_max", "predicted_gain")),
@@ -121,5 +124,15 @@ CHAPTER = Chapter(
               lambda: ref.predicted_gain(ref.geometric_pmf(1000), 8), abs_tol=0.03),
         Drill("drill_3", "predicted gain when 90% of requests generate 50 tokens and 10% generate 1000, B = 32",
               lambda: ref.predicted_gain(BIMODAL_PMF, 32), rel_tol=0.01),
+        Drill("drill_4", "predicted static/continuous gain for geometric lengths with mean 100, B = 256",
+              lambda: ref.predicted_gain(ref.geometric_pmf(100), 256), rel_tol=0.01,
+              hints=((ref.predicted_gain(ref.uniform_pmf(1, 200), 256),
+                      "That is the gain for lengths uniform on 1..200; the question's lengths are geometric."),)),
+        Drill("drill_5", "steps of static batching at B = 32 for the 2000 uniform lengths sorted shortest first",
+              lambda: ref.simulate_static(sorted(DRILL_5_LENS), 32)[0],
+              hints=((ref.simulate_static(DRILL_5_LENS, 32)[0],
+                      "That is static batching in arrival order: sort the lengths first."),
+                     (ref.simulate_static(sorted(DRILL_5_LENS, reverse=True), 32)[0],
+                      "That is sorted longest first; the question sorts shortest first, sorted(lens)."))),
     ), read=ch01.as_float),
 )

@@ -1,7 +1,7 @@
 """Chapter 02's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
 
 A case of a method is the scheduler's state at the moment nano-vllm's scheduler calls it, in a run of one workload
-(``servelab_autograder.ch02.record``): the lesson's workloads, one per pitfall, the prefix cache's (fixed cases,
+(``servelab_autograder.ch02.record``): the chapter's workloads, one per pitfall, the prefix cache's (fixed cases,
 also the visible checks'), then seeded random workloads (shared prefixes, arrivals between steps, budgets,
 ``max_num_seqs`` and block sizes 1-8, caching on and off, some requests stopping at eos).
 
@@ -16,8 +16,10 @@ list, so it does not answer can_allocate's cases (a forced hash collision among 
 from __future__ import annotations
 
 import copy
+import math
 import random
 
+from servelab import costmodel, workloads
 from servelab.engine import Engine, expected
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
 from servelab_autograder import ch02, common
@@ -63,7 +65,7 @@ def _random(exercise: str, n: int, caching=(False, True)):
 
 
 def _fixed(exercise: str):
-    return lambda: ch02.cases_of(exercise, ch02.lesson_scenarios())
+    return lambda: ch02.cases_of(exercise, ch02.visible_scenarios())
 
 
 def _collisions() -> list[tuple]:
@@ -93,8 +95,8 @@ def _seq(name, tokens, max_tokens):
     return Sequence(tokens, SamplingParams(max_tokens=max_tokens, ignore_eos=True), name=name)
 
 
-def _drill_prefilled_abc() -> int:
-    sch = Scheduler(num_blocks=5, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
+def _prefilled_abc(num_blocks: int) -> int:
+    sch = Scheduler(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
     reqs = [_seq(n, [ord(n) * 100 + j for j in range(L)], 4) for n, L in [("A", 6), ("B", 5), ("C", 3)]]
     return sum(r.num_batched_tokens for r in Engine(sch).run(reqs) if r.is_prefill)
 
@@ -113,13 +115,40 @@ def _drill_same_step() -> int:
     return sum(r.num_batched_tokens for r in trace if r.is_prefill)
 
 
+def _drill_second_prefill() -> int:
+    """Tokens of B's second prefill: A (5 tokens) decodes, B (37-token prompt) arrives a step later, 6 blocks of 8;
+    when A's ninth token needs a block, B, the tail of running, is preempted."""
+    sch = Scheduler(num_blocks=6, block_size=8, max_num_batched_tokens=64, enable_prefix_caching=False)
+    trace = Engine(sch).run([_seq("A", list(range(5)), 16)], arrivals={1: [_seq("B", list(range(100, 137)), 10)]})
+    if [name for r in trace for name in r.preempted] != ["B"]:
+        raise RuntimeError("the drill's run must preempt B once")
+    step = next(r.step for r in trace if r.preempted)
+    return next(n for r in trace[step:] if r.is_prefill for name, n in r.scheduled if name == "B")
+
+
+def _paged_workload() -> list[int]:
+    """The final lengths of the notebook's "Why paged KV at all" requests (its setup cell draws the same)."""
+    prompts = workloads.output_lengths(2000, "lognormal", seed=21, mu=math.log(500), sigma=1.0, max_len=4096)
+    outputs = workloads.output_lengths(2000, "geometric", seed=22, mean=200, max_len=4096)
+    return [p + o for p, o in zip(prompts, outputs)]
+
+
+def _drill_paged_fit(block_size: int) -> int:
+    """How many of those requests, in order, fit at once in Llama-3-8B's KV budget on an H100, in blocks."""
+    free = costmodel.kv_capacity_tokens(costmodel.LLAMA3_8B, costmodel.H100_SXM) // block_size
+    for n, length in enumerate(_paged_workload()):
+        free -= -(-length // block_size)
+        if free < 0:
+            return n
+    return len(_paged_workload())
+
 
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
     prelude="import servelab.scheduler\nfrom servelab.scheduler import BlockManager, SamplingParams, Sequence, "
             "SequenceStatus\n",
-    demos=("setup_2", "setup_3", "setup_5", "setup_6", "setup_7"),
-    setup=("setup_4",),
+    demos=("setup_2", "setup_3", "setup_5", "setup_6", "setup_7", "setup_9"),
+    setup=("setup_4", "setup_8"),
     references=("servelab.scheduler:Scheduler.schedule", "servelab.scheduler:Scheduler.preempt",
                 "servelab.scheduler:Scheduler.postprocess", "servelab.scheduler:BlockManager.can_allocate"),
     exercises=(
@@ -135,10 +164,12 @@ CHAPTER = Chapter(
                  random=_random("can_allocate", 60, caching=(True,))),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "total number of tokens prefilled in the lesson's A/B/C run (5 blocks of 4, budget 8, "
-                         "prefix caching off)", _drill_prefilled_abc,
+        Drill("drill_1", "total number of tokens prefilled for A, B and C with 6 blocks of 4 (budget 8, prefix "
+                         "caching off)", lambda: _prefilled_abc(6),
               hints=((14, "C is preempted after it has generated tokens and is prefilled again, generated tokens "
-                          "included: count that second prefill too."),)),
+                          "included: count that second prefill too."),
+                     (_prefilled_abc(5), "That is the run with 5 blocks; with a sixth block C keeps decoding one "
+                                         "step longer before it is preempted."))),
         Drill("drill_2", "number of tokens of the new request (1000-token system prompt + 50 own tokens, block "
                          "size 16) served from the prefix cache", _drill_cached_system_prompt,
               hints=((1000, "Hits are whole blocks: the block holding tokens 992..1007 mixes system-prompt tokens "
@@ -149,5 +180,13 @@ CHAPTER = Chapter(
                           "so R2 cannot hit them."),
                      (120, "R3 arrives after R1's and R2's blocks were hashed: its first two full blocks hit."),
                      (80, "R3 still computes its last (partial) block: hits are whole blocks and never the last."))),
+        Drill("drill_4", "number of tokens B's second prefill computes (A 5 tokens, then B 37 tokens, 6 blocks of 8, "
+                         "prefix caching off)", _drill_second_prefill,
+              hints=((37, "B had generated tokens before it was preempted: recompute covers them too."),)),
+        Drill("drill_5", "number of the \"Why paged KV at all\" requests that fit at once in blocks of 256 tokens",
+              lambda: _drill_paged_fit(256),
+              hints=((_drill_paged_fit(16), "That is at blocks of 16 tokens; the question asks for blocks of 256."),
+                     (costmodel.kv_capacity_tokens(costmodel.LLAMA3_8B, costmodel.H100_SXM) // 8192,
+                      "That is one contiguous max_model_len buffer per request; the question asks for blocks."))),
     ), read=lambda value, name: common.whole_number(value, name, ch02._short)),
 )
