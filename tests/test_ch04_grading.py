@@ -53,7 +53,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert NB.solution_ids() == ["child_key", "match_len", "split_node", "match_prefix", "insert", "drills"]
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_child_key": 1, "test_match_len": 1, "test_split_node": 2, "test_match_prefix": 3, "test_insert": 3,
-        "test_radix_cache": 2, "test_drills": 3}
+        "test_radix_cache": 2, "test_drills": 5}
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
@@ -67,11 +67,12 @@ def test_test_cells_hold_no_hidden_tests():
         assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
 
 
-def test_the_lesson_figures_are_in_the_saved_outputs():
+def test_the_figures_the_markdown_quotes_are_in_the_saved_outputs():
     nb = NB.read()
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
     assert "198,000 from the cache" in text and "177,408 from the cache" in text
     assert "KV of one copy of the 2000-token prompt: 1,000 MiB" in text
+    assert "read by one decode step of the 100 requests: 100,000 MiB with a plain paged kernel" in text
     assert not re.search(r"\d+\.\d+ ?s\b", text), "no timings in saved outputs"
 
 
@@ -122,7 +123,7 @@ def test_a_wrong_call_of_another_exercise_is_shown_against_the_references_call()
     # on a split, the learner's state when it called _split_node against the reference's when it did
     wrong = solution("match_not_touched")["match_prefix"]
     spec = ch04.SPECS["match_prefix"]
-    args = next(a for a in ch04.cases_of("match_prefix", ch04.lesson_workloads()) if a[3]["_split_node"])
+    args = next(a for a in ch04.cases_of("match_prefix", ch04.chapter_workloads()) if a[3]["_split_node"])
     text = spec.judge(args, call(wrong, spec, args))
     assert "in a state the reference never calls it in" in text
     assert "First difference: the reference calls _split_node(the node" in text and "when yours called, " in text
@@ -143,8 +144,27 @@ def test_pure_helpers_say_what_they_returned_and_why_it_must_be_a_tuple():
         return list(key[offset:offset + self.page_size]) if self.page_size > 1 else key[offset]
 
     msg = spec.judge((4, [1, 2, 3, 4, 5, 6, 7, 8], 4), call(as_list, spec, (4, [1, 2, 3, 4, 5, 6, 7, 8], 4)))
-    assert msg == ("child_key(key=[1, 2, 3, 4, 5, 6, 7, 8], offset=4) with page_size 4 returned [5, 6, 7, 8]; "
+    assert msg == ("child_key(key=(1, 2, 3, 4, 5, 6, 7, 8), offset=4) with page_size 4 returned [5, 6, 7, 8]; "
                    "expected (5, 6, 7, 8). (A tuple: a dict key must be hashable.)")
+
+
+def test_a_pure_helpers_visible_message_is_about_the_assert_that_failed():
+    def first_page_wrong(self, key, offset=0):          # right at offset 0, wrong further on
+        return key[offset] if self.page_size == 1 else tuple(key[:self.page_size])
+
+    four, key = RadixCache(page_size=4), (1, 2, 3, 4, 5, 6, 7, 8)
+    msg = ch04.diagnose("child_key", first_page_wrong, four, key, 4)
+    assert msg == ("child_key(key=(1, 2, 3, 4, 5, 6, 7, 8), offset=4) with page_size 4 returned (1, 2, 3, 4); "
+                   "expected (5, 6, 7, 8).")
+    assert ch04.diagnose("child_key", first_page_wrong, four, key).endswith("is correct on this input")
+    msg = ch04.diagnose("_match_len", solution("match_len_not_rounded")["_match_len"], RadixCache(page_size=2),
+                        (1, 2, 3, 4), (1, 2, 3, 9), 0)
+    lines = msg.splitlines()
+    assert lines[0] == next(p for p in PATCHES if p.name == "match_len_not_rounded").message
+    assert lines[1] == ("_match_len(edge=(1, 2, 3, 4), key=(1, 2, 3, 9), offset=0) with page_size 2 returned 3; "
+                        "expected 2.")
+    # without the assert's arguments, the first of the notebook's cases it gets wrong
+    assert ch04.diagnose("child_key", first_page_wrong).startswith("child_key(key=(5, 6, 7, 8), offset=2)")
 
 
 def test_visible_messages_name_the_pitfall_through_the_atlas():
@@ -170,7 +190,7 @@ def test_the_atlas_is_what_the_patches_give():
 
 def test_a_tree_state_builds_back_to_itself_and_drivers_leave_their_arguments():
     for name in ("_split_node", "match_prefix", "insert"):
-        for args in ch04.cases_of(name, ch04.lesson_workloads())[:5]:
+        for args in ch04.cases_of(name, ch04.chapter_workloads())[:5]:
             before = json.dumps(plain.encode(list(args)))
             ch04.SPECS[name].expected(args)
             assert json.dumps(plain.encode(list(args))) == before, name
@@ -178,7 +198,7 @@ def test_a_tree_state_builds_back_to_itself_and_drivers_leave_their_arguments():
 
 
 def test_the_replay_answers_only_the_reference_runs_calls():
-    where, state, key, replay = next(a for a in ch04.cases_of("match_prefix", ch04.lesson_workloads())
+    where, state, key, replay = next(a for a in ch04.cases_of("match_prefix", ch04.chapter_workloads())
                                      if a[3]["_split_node"])
 
     def replaying():
@@ -231,7 +251,7 @@ def test_a_split_that_leaves_an_empty_edge_is_refused_before_it_loops():
     assert cache._split_node(child, 2).key == (1, 2)
     # the first-token child key at page_size 4: the whole class's run ends with the guard, not in a loop
     ns = solution("child_key_first_token")
-    pages = next(w for w in ch04.lesson_workloads() if w["label"] == "the lesson's pages (page_size 4)")
+    pages = next(w for w in ch04.chapter_workloads() if w["label"] == "the pages walk (page_size 4)")
     run = ch04.drive_radix_cache(ns["RadixCache"], "", pages)
     assert any("SplitGuard" in str(step[0]) for step in run["trace"])
 
@@ -244,11 +264,15 @@ def test_each_run_draws_its_own_random_cases():
 
 
 def test_drills_name_a_wrong_count_and_want_whole_numbers():
-    assert [d.expected() for d in CHAPTER.drills.drills] == [298_500, 750, 232]
+    assert [d.expected() for d in CHAPTER.drills.drills] == [298_500, 750, 232, 150_000, 992]
     ns = {**solution(), "drill_1": 300_000}
     assert "only the other 199 skip it" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_2": 768_000}
     assert "That is KiB" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_4": 750}
+    assert "each request's attention still reads" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_5": 1000}
+    assert "rounded down to whole 16-token pages" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_3": 232.0}
     assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
 

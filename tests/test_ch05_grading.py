@@ -55,7 +55,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert NB.solution_ids() == ["inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req", "drills"]
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_inc_lock_ref": 1, "test_dec_lock_ref": 1, "test_evict": 3, "test_cache_finished_req": 2,
-        "test_scheduler": 2, "test_drills": 3}
+        "test_scheduler": 2, "test_drills": 5}
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
     classes = {"servelab.radix_cache": RadixCache, "servelab.radix_scheduler": RadixScheduler}
@@ -73,9 +73,11 @@ def test_test_cells_hold_no_hidden_tests():
 def test_the_saved_outputs_show_the_numbers_the_markdown_quotes():
     nb = NB.read()
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
-    assert "512 tokens 40%" in text and "1024 tokens 83%" in text
-    assert "evict(4) -> [12, 30, 31, 32]" in text
+    assert "512 tokens 39.8%" in text and "1024 tokens 82.7%" in text
+    assert "evict(4) -> [12, 70, 71, 72]" in text
     assert "fcfs: admission order H0 L H1" in text and "lpm: admission order H0 H1 H2 H3 H4 L" in text
+    assert "none (room = free + evictable)      91          13                  481            16" in text
+    assert "new_token_ratio = 0.7              125           1                   58             7" in text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_a_tree_method_message_names_the_call_the_tree_and_the_difference():
     text = failing(solution("lock_only_node"), cells=["test_inc_lock_ref"])["test_inc_lock_ref"]
     lines = text.splitlines()
     assert lines[0].startswith("Pitfall: the lock did not walk up to the root")
-    assert lines[1] == ("inc_lock_ref(the node [1, 2, 4, 5]) at operation 3 of 'the lesson's locks and eviction' "
+    assert lines[1] == ("inc_lock_ref(the node [1, 2, 4, 5]) at operation 3 of 'the walk-through's locks and eviction' "
                         "(page_size 1) returned -2; expected -4.")
     assert "The tree before the call:\n    root r=1 t=" in text and "[4, 5] kv=[15, 16] r=0" in text
 
@@ -270,11 +272,15 @@ def test_each_run_draws_its_own_random_cases():
 
 
 def test_drills_name_a_wrong_count_and_want_whole_numbers():
-    assert [d.expected() for d in CHAPTER.drills.drills] == [27, 370, 30]
+    assert [d.expected() for d in CHAPTER.drills.drills] == [27, 370, 30, 1200, 392]
     ns = {**solution(), "drill_1": 3}
     assert "That is first come, first served" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_2": 170}
     assert "Unlocked tokens in the tree are room too" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_4": 4000}
+    assert "future decode tokens are held back too" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_5": 560}
+    assert "The floor is 0.14 times the starting ratio" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_3": 25.0}
     assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
 

@@ -13,6 +13,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import servelab.plots_radix as plots_radix_module  # noqa: E402
 from servelab.plots_radix import (  # noqa: E402
+    BOX_KEY,
+    LEGEND_LABELS,
     NODE_COLORS,
     plot_hit_rate_vs_cache_size,
     plot_radix_tree,
@@ -68,7 +70,20 @@ def test_each_node_is_a_box_coloured_by_its_state():
     assert "[7,8]\nkv 203..204\nr=1 t=8" in texts
     assert ax.get_title(loc="left") == "demo: 10 tokens (evictable 5, protected 5)"
     assert len(ax.lines) == 4                                             # one edge per non-root node
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["locked", "evictable leaf", "unlocked"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [LEGEND_LABELS["locked"], LEGEND_LABELS["evictable leaf"], LEGEND_LABELS["unlocked"], BOX_KEY]
+    assert [to_hex(h.get_facecolor()) for h in ax.get_legend().legend_handles[:3]] == \
+        [NODE_COLORS["locked"], NODE_COLORS["evictable leaf"], NODE_COLORS["unlocked"]]
+
+
+def test_the_legend_says_what_each_colour_and_each_line_of_a_box_means():
+    assert "r \u2265 1" in LEGEND_LABELS["locked"] and "protected" in LEGEND_LABELS["locked"]
+    assert "no children" in LEGEND_LABELS["evictable leaf"] and "evict()" in LEGEND_LABELS["evictable leaf"]
+    assert "has children" in LEGEND_LABELS["unlocked"]
+    assert all(w in BOX_KEY for w in ("tokens on the edge into the node", "KV slots", "lock_ref", "last access"))
+    legend = plot_radix_tree(_tree(), show_kv=False).axes[0].get_legend()
+    assert legend.get_texts()[-1].get_text() == BOX_KEY.replace(", kv = their KV slots", "")
+    assert all(t.get_fontsize() >= 9 for t in legend.get_texts())
 
 
 def test_a_snapshot_draws_the_tree_as_it_was():

@@ -16,12 +16,15 @@ import servelab.radix_scheduler as radix_scheduler_module
 from servelab.engine import expected
 from servelab.radix_cache import RadixCache
 from servelab.radix_scheduler import (
+    CLIP_MAX_NEW_TOKENS,
     RadixEngine,
     RadixScheduler,
     Req,
     TokenToKVPoolAllocator,
+    decode_reservation,
     lpm_starvation,
     radix_table,
+    ratio_after_retract,
 )
 
 SYSTEM = list(range(100, 110))
@@ -75,6 +78,9 @@ def test_scheduler_validation():
         RadixScheduler(pool_size=8, max_prefill_tokens=0)
     with pytest.raises(ValueError, match="max_running_requests must be an int >= 1"):
         RadixScheduler(pool_size=8, max_prefill_tokens=8, max_running_requests=0)
+    for bad in (0, 1.5, -0.1, True, "0.7"):
+        with pytest.raises(ValueError, match=r"new_token_ratio must be None or a number in \(0, 1\]"):
+            RadixScheduler(pool_size=8, max_prefill_tokens=8, new_token_ratio=bad)
     sch = RadixScheduler(pool_size=8, max_prefill_tokens=8)
     with pytest.raises(ValueError, match="can grow to 9 tokens with KV but the pool has only 8 slots"):
         sch.add(Req(list(range(6)), 4, name="big"))
@@ -254,23 +260,88 @@ def test_radix_table_renders_text_and_html():
         radix_table(trace, ["step", "free blocks"])
 
 
+# ---- SGLang's reservation for future decode tokens (new_token_ratio) --------------------------------------
+
+def _prompts(n, length, max_new):
+    return [Req([1000 * i + j for j in range(length)], max_new, name=f"R{i}") for i in range(n)]
+
+
+def test_without_the_reservation_nothing_is_held_back():
+    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    assert sch.new_token_ratio is None and sch.reserved_tokens() == 0
+    trace = RadixEngine(sch).run([Req([1] * 10, 50, name="A"), Req([2] * 10, 50, name="B")])
+    assert trace[0].scheduled == [("A", 10), ("B", 10)] and sch.new_token_ratio is None
+
+
+def test_the_reservation_holds_back_the_running_requests_future_tokens():
+    # A: 10 + min(50, 4096) = 60 < 100, admitted, and its 60 are held back for the rest of the pass: B (60) waits.
+    # Next pass: A has generated 1, so 49 x 0.5 = 24.5 are held back; 90 free - 24.5 = 65.5 > 60: B is admitted.
+    sch = RadixScheduler(pool_size=100, max_prefill_tokens=100, new_token_ratio=0.5)
+    engine = RadixEngine(sch)
+    for r in (Req([1] * 10, 50, name="A"), Req([2] * 10, 50, name="B")):
+        engine.add_request(r)
+    assert engine.step().scheduled == [("A", 10)]
+    assert sch.reserved_tokens() == 24.5 == decode_reservation([49], 0.5)
+    assert engine.step().scheduled == [("B", 10)]
+    assert decode_reservation([10, 10_000], 1.0) == 10 + CLIP_MAX_NEW_TOKENS
+
+
+def test_the_ratio_decays_on_clean_decode_steps_and_resets_when_idle():
+    sch = RadixScheduler(pool_size=200, max_prefill_tokens=200, new_token_ratio=0.7)
+    engine = RadixEngine(sch)
+    engine.run([Req([1] * 4, 11, name="A")])                    # one prefill, then 10 decode steps
+    decay = (0.7 - 0.7 * 0.14) / 600
+    assert sch.new_token_ratio == pytest.approx(0.7 - 10 * decay)
+    assert sch.min_new_token_ratio == pytest.approx(0.098)
+    engine.run([Req([2] * 4, 2, name="B")])                     # idle: the ratio starts again at 0.7
+    assert sch.new_token_ratio == pytest.approx(0.7 - decay)
+
+
+def test_a_retraction_sets_the_ratio_from_the_requests_still_running():
+    # a low ratio over-commits: running requests are counted at 0.1 of what they may still generate
+    sch = RadixScheduler(pool_size=100, max_prefill_tokens=64, max_running_requests=8, new_token_ratio=0.1)
+    seen = []
+    engine = RadixEngine(sch)
+    for r in _prompts(6, 6, 40):
+        engine.add_request(r)
+    while not engine.is_finished():
+        running = list(sch.running)
+        rec = engine.step()
+        if rec.preempted:
+            left = [r for r in running if r.name not in rec.preempted]
+            seen.append((sch.new_token_ratio, ratio_after_retract([len(r.output_ids) - 1 for r in left],
+                                                                  [r.max_new_tokens for r in left])))
+    assert seen and all(got == pytest.approx(want) for got, want in seen)
+    assert ratio_after_retract([0], [10]) == 1.0                 # (0 + 20) / 11, at most 1
+
+
+def test_the_reservation_trades_batch_size_for_fewer_retractions():
+    runs = {}
+    for ratio in (None, 0.7):
+        sch = RadixScheduler(pool_size=400, max_prefill_tokens=4096, max_running_requests=16, new_token_ratio=ratio)
+        trace = RadixEngine(sch).run(_prompts(16, 24, 40))
+        runs[ratio] = (sum(len(r.preempted) for r in trace), max(len(r.running) for r in trace), len(trace))
+    assert runs[None] == (13, 16, 91) and runs[0.7] == (1, 7, 125)
+
+
 # ---- seeded random workloads -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_workloads_keep_every_slot_in_one_place_and_reproduce_solo_outputs(seed):
+@pytest.mark.parametrize("seed, ratio", [*((s, None) for s in range(6)), (6, 0.7), (7, 0.3), (8, 1.0)])
+def test_random_workloads_keep_every_slot_in_one_place_and_reproduce_solo_outputs(seed, ratio):
     rng = random.Random(seed)
     preemptions = hits = 0
     for _ in range(40):
         pool = rng.randint(16, 60)
         sch = RadixScheduler(pool_size=pool, max_prefill_tokens=rng.randint(1, 40),
                              max_running_requests=rng.randint(1, 5), page_size=rng.choice([1, 2, 4]),
-                             policy=rng.choice(["fcfs", "lpm"]), eviction_policy=rng.choice(["lru", "lfu"]))
+                             policy=rng.choice(["fcfs", "lpm"]), eviction_policy=rng.choice(["lru", "lfu"]),
+                             new_token_ratio=ratio)
         prefix = [rng.randint(0, 2) for _ in range(rng.randint(0, 12))]
         reqs, arrivals = [], {}
         for i in range(rng.randint(1, 8)):
             p = prefix[:rng.randint(0, len(prefix))] + [rng.randint(0, 2) for _ in range(rng.randint(1, 8))]
             mt = rng.randint(1, 8)
-            if len(p) + mt - 1 > pool:
+            if len(p) + mt - 1 > pool or (ratio is not None and len(p) + mt >= pool):   # could never be admitted
                 continue
             r = Req(p, mt, name=f"r{i}")
             reqs.append(r)
@@ -282,4 +353,4 @@ def test_random_workloads_keep_every_slot_in_one_place_and_reproduce_solo_output
         assert sch.token_to_kv_pool_allocator.available_size() + sch.tree_cache.total_size() == pool
         preemptions += sum(len(t.preempted) for t in trace)
         hits += sum(k for t in trace if t.is_prefill for _, k in t.cached)
-    assert preemptions > 0 and hits > 0
+    assert hits > 0 and (preemptions > 0 or ratio is not None)   # the reservation may avoid every retraction

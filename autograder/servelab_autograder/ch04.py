@@ -17,13 +17,13 @@ the same answers; a wrong one reaches a state the reference never did and the re
 Nothing here can look up, split or insert on an input of its own, so nothing here is a reference to copy.
 
 The whole class (the cell that assembles the learner's five functions) is driven through whole workloads
-(:func:`drive_radix_cache`): every operation's result, the sizes and the tree after each, and the lesson's
-100 requests served through it by the RadixScheduler.
+(:func:`drive_radix_cache`): every operation's result, the sizes and the tree after each, and the notebook's
+100 requests sharing a 2000-token system prompt served through it by the RadixScheduler.
 
 :data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The workloads live here (the
-lesson's, one per pitfall) so that a learner's visible check can name a pitfall; the grader adds random ones
-(``servelab_autograder.checks.ch04``), and :mod:`servelab_autograder.ch05` reuses the state, the workloads and
-their recordings for the locks and eviction.
+notebook's walk-throughs and visible checks, one per pitfall) so that a learner's visible check can name a
+pitfall; the grader adds random ones (``servelab_autograder.checks.ch04``), and :mod:`servelab_autograder.ch05`
+reuses the state, the workloads and their recordings for the locks and eviction.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ def _show(tokens, limit: int = 10) -> str:
     tokens = list(tokens) if isinstance(tokens, list | tuple) else [tokens]
     head = ", ".join(map(str, tokens[:limit]))
     return f"[{head}{', ...' if len(tokens) > limit else ''}]"
+
+
+def _tuple(tokens, limit: int = 10) -> str:
+    """A key or an edge as the code under test gets it: a tuple."""
+    tokens = list(tokens) if isinstance(tokens, list | tuple) else [tokens]
+    if len(tokens) == 1:
+        return f"({tokens[0]},)"
+    head = ", ".join(map(str, tokens[:limit]))
+    return f"({head}{', ...' if len(tokens) > limit else ''})"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,7 +194,7 @@ def _digest(*parts) -> str:
 
 
 def state_key(state: dict) -> str:
-    """What a split (or a lock) depends on: the whole tree but the LFU hit counts (the lesson's insert does not
+    """What a split (or a lock) depends on: the whole tree but the LFU hit counts (this chapter's insert does not
     count hits), node by id, so neither the order of a children dict nor the printer's order matters."""
     rows = state["nodes"]
     nodes = sorted([r[ID], r[KEY], r[VALUE], r[LOCK], r[TIME], r[CREATED],
@@ -625,7 +634,7 @@ def run_ops(cache, ops: list, before=None) -> list:
 
 def drive_radix_cache(cls, where: str, work: dict) -> dict:
     """The learner's whole RadixCache class through a workload: each operation's result, the sizes and the tree
-    after it; or the lesson's requests served through it (``work["serve"]``)."""
+    after it; or the notebook's shared-prompt requests served through it (``work["serve"]``)."""
     if "serve" in work:
         return serve(cls, **work["serve"])
     cache = guarded(cls)(page_size=work["page_size"], eviction_policy=work["policy"],
@@ -654,7 +663,7 @@ def counted(cache_class: type) -> type:
 
 
 def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
-    """The lesson's figure through a RadixCache class: ``n_requests`` requests sharing a ``prompt_len``-token
+    """The notebook's first figure through a RadixCache class: ``n_requests`` requests sharing a ``prompt_len``-token
     system prompt served by the RadixScheduler; every step's batch and hits."""
     from servelab import prefix_compare
     from servelab.radix_scheduler import RadixEngine, RadixScheduler, Req
@@ -808,23 +817,23 @@ def cases_of(exercise: str, workloads) -> list[tuple]:
 
 
 # ------------------------------------------------------------------------------------------------
-# the lesson's workloads (the visible checks; the grader adds its own)
+# the notebook's workloads (the visible checks; the grader adds its own)
 
 
-def lesson_workloads() -> list[dict]:
-    """The lesson's walk-throughs and visible asserts, then one workload per pitfall (order matters: a pitfall is
+def chapter_workloads() -> list[dict]:
+    """The notebook's walk-throughs and visible asserts, then one workload per pitfall (order matters: a pitfall is
     named on the first case that fails, so a case that tells two pitfalls apart comes before one that does not)."""
     return [
         # first: a match through three whole edges, no split (what tells apart the ways of not stamping a walk)
         workload("a deep match refreshes its whole path (LRU order)", 1, [
             ("insert", [1, 2]), ("insert", [1, 2, 3, 4]), ("insert", [7, 7]), ("insert", [1, 2, 3, 4, 5, 6]),
             ("insert", [9]), ("match", [1, 2, 3, 4, 5, 6]), ("evict", 2), ("evict", 2), ("evict", 2)]),
-        workload("the lesson's walk: four inserts and a match", 1, [
+        workload("the walk-through: three inserts and a match", 1, [
             ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 9]), ("match", [1, 2, 3, 7]), ("insert", [1, 2, 3, 4, 5])]),
-        workload("the lesson's tree of four inserts", 1, [
+        workload("the tree of four inserts", 1, [
             ("insert", [1, 2, 3, 4, 5, 6]), ("insert", [1, 2, 3, 7, 8]), ("insert", [1, 2, 3, 4, 5, 9]),
             ("insert", [9, 9])]),
-        workload("the lesson's pages (page_size 4)", 4, [
+        workload("the pages walk (page_size 4)", 4, [
             ("insert", list(range(1, 11))), ("insert", [1, 2, 3, 9, 5, 6, 7, 8]), ("match", [1, 2, 3, 4, 5, 6, 0, 0])]),
         workload("the visible match_prefix checks", 1, [
             ("insert", [1, 2, 3, 4]), ("insert", [1, 2, 9]), ("match", [1, 2, 3, 7]), ("match", [5, 6]),
@@ -863,22 +872,22 @@ def lesson_workloads() -> list[dict]:
     ]
 
 
-LESSON_SERVE = {"label": "the lesson's 100 requests sharing a 2000-token system prompt",
+SHARED_PROMPT_SERVE = {"label": "100 requests sharing a 2000-token system prompt",
                 "serve": {"n_requests": 100, "prompt_len": 2000, "cache_tokens": 8192}}
 
 
 def child_key_cases() -> list[tuple]:
-    """The docstring's and the visible asserts' calls, then every call of the lesson's workloads."""
+    """The docstring's and the visible asserts' calls, then every call of the notebook's workloads."""
     return [(1, [5, 6, 7, 8], 1), (2, [5, 6, 7, 8], 2), (1, [1, 2, 3, 4, 5, 6, 7, 8], 0),
             (1, [1, 2, 3, 4, 5, 6, 7, 8], 5), (4, [1, 2, 3, 4, 5, 6, 7, 8], 0), (4, [1, 2, 3, 4, 5, 6, 7, 8], 4),
-            (4, [1, 2, 3, 9, 5, 6, 7, 8], 0), *cases_of("child_key", lesson_workloads())]
+            (4, [1, 2, 3, 9, 5, 6, 7, 8], 0), *cases_of("child_key", chapter_workloads())]
 
 
 def match_len_cases() -> list[tuple]:
     return [(1, [1, 2, 3, 4], [1, 2, 3, 9], 0), (2, [1, 2, 3, 4], [1, 2, 3, 9], 0), (1, [3, 4], [1, 2, 3, 4, 5], 2),
             (1, [3, 4, 5], [1, 2, 3], 2), (1, [7, 8], [1, 2], 0),
             (4, [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 0], 0),
-            *cases_of("_match_len", lesson_workloads())]
+            *cases_of("_match_len", chapter_workloads())]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1076,10 +1085,11 @@ def _split_call(a) -> str:
 SPECS = {s.name: s for s in [
     Spec("child_key", ("page_size", "key", "offset"), RadixCache.child_key, _pure_norm, repr,
          driver=f"{__name__}:drive_child_key", note=_child_key_note,
-         call=lambda a: f"child_key(key={_show(a[1])}, offset={a[2]}) with page_size {a[0]}"),
+         call=lambda a: f"child_key(key={_tuple(a[1])}, offset={a[2]}) with page_size {a[0]}"),
     Spec("_match_len", ("page_size", "edge", "key", "offset"), RadixCache._match_len, _pure_norm, repr,
          driver=f"{__name__}:drive_match_len",
-         call=lambda a: f"_match_len(edge={_show(a[1])}, key={_show(a[2])}, offset={a[3]}) with page_size {a[0]}"),
+         call=lambda a: f"_match_len(edge={_tuple(a[1])}, key={_tuple(a[2])}, offset={a[3]}) with page_size "
+                        f"{a[0]}"),
     Spec("_split_node", ("where", "state", "child", "split_len", "replay"), RadixCache._split_node,
          _norm(("result", "new", "handle")), _show_result, driver=f"{__name__}:drive_split_node", note=_note,
          call=_split_call),
@@ -1096,19 +1106,40 @@ SPECS = {s.name: s for s in [
 
 
 VISIBLE = {"child_key": child_key_cases, "_match_len": match_len_cases,
-           "RadixCache": lambda: [*cases_of("RadixCache", lesson_workloads()), (LESSON_SERVE["label"], LESSON_SERVE)]}
+           "RadixCache": lambda: [*cases_of("RadixCache", chapter_workloads()),
+                                  (SHARED_PROMPT_SERVE["label"], SHARED_PROMPT_SERVE)]}
 
 
 def visible_cases(name: str) -> list[tuple]:
-    return VISIBLE[name]() if name in VISIBLE else cases_of(name, lesson_workloads())
+    return VISIBLE[name]() if name in VISIBLE else cases_of(name, chapter_workloads())
 
 
-def diagnose(exercise: str, fn) -> str:
+def _pure_case(name: str, args: tuple):
+    """A visible assert's own call of ``child_key(cache, key, offset=0)`` or ``_match_len(cache, edge, key,
+    offset)`` as the case the Spec takes (the page size, the sequences as lists), or None when it is not one."""
+    try:
+        cache, *rest = args
+        page_size = cache.page_size
+        if name == "child_key" and len(rest) in (1, 2):
+            return (page_size, list(rest[0]), rest[1] if len(rest) == 2 else 0)
+        if name == "_match_len" and len(rest) == 3:
+            return (page_size, list(rest[0]), list(rest[1]), rest[2])
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return None
+
+
+def diagnose(exercise: str, fn, *args) -> str:
     """What is wrong with the learner's ``fn`` (their method, or their RadixCache class for ``"radix_cache"``) on
-    the lesson's workloads, in their terms, for a visible assert's message. Never raises."""
+    the notebook's workloads, in their terms, for a visible assert's message. Never raises. For ``child_key`` and
+    ``_match_len``, ``args`` are the failing assert's own arguments (the cache first): the message is about that
+    very call."""
     name = "RadixCache" if exercise == "radix_cache" else exercise
+    case = _pure_case(name, args) if args else None
+    if case is not None:
+        return spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, case, name)
     return spec.diagnose_cases(SPECS, ASSIGNMENT, fn, name, lambda: visible_cases(name), exercise)
 
 
-__all__ = ["ASSIGNMENT", "SPECS", "build", "cases_of", "diagnose", "lesson_workloads", "record", "snapshot", "view",
+__all__ = ["ASSIGNMENT", "SPECS", "build", "cases_of", "chapter_workloads", "diagnose", "record", "snapshot", "view",
            "workload"]

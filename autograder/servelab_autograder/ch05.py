@@ -288,14 +288,14 @@ def cases_of(exercise: str, workloads) -> list[tuple]:
 
 
 # ------------------------------------------------------------------------------------------------
-# the lesson's workloads (the visible checks; the grader adds its own)
+# the notebook's workloads (the visible checks; the grader adds its own)
 
 
 def lock_workloads() -> list[dict]:
-    """The lesson's walk-through and visible asserts, then one workload of operations per pitfall (order
+    """The notebook's walk-through and visible asserts, then one workload of operations per pitfall (order
     matters: a pitfall is named on the first case that fails, so a case that tells two apart comes first)."""
     return [
-        workload("the lesson's locks and eviction", 1, [
+        workload("the walk-through's locks and eviction", 1, [
             ("insert", [1, 2, 3]), ("insert", [1, 2, 4, 5]), ("insert", [7, 7, 7]), ("lock", [1, 2, 4, 5]),
             ("evict", 4), ("unlock", 0), ("evict", BIG)]),
         workload("the visible lock checks", 1, [
@@ -332,11 +332,11 @@ def lock_workloads() -> list[dict]:
 
 
 def request_workloads() -> list[dict]:
-    """The lesson's walk-through and the visible checks' runs, then one workload of requests per pitfall."""
+    """The notebook's walk-through and the visible checks' runs, then one workload of requests per pitfall."""
     system = list(range(100, 112))
     walk = list(range(100, 110))
     return [
-        sched_workload("the lesson's walk-through (32 slots)", 32, 64, 3,
+        sched_workload("the walk-through (32 slots)", 32, 64, 3,
                        [(0, [("A", walk + [1, 2], 6)]), (1, [("B", walk + [3], 6)]), (2, [("C", [7] * 8, 8)])]),
         sched_workload("two requests share a system prompt; one finishes while the other runs", 64, 64, 4,
                        [(0, [("A", system + [1, 2], 3)]), (1, [("B", system + [7], 5)])]),
@@ -587,7 +587,7 @@ def visible_cases(name: str) -> list[tuple]:
 
 def diagnose(exercise: str, fn) -> str:
     """What is wrong with the learner's ``fn`` (their method, or their RadixScheduler class for ``"scheduler"``) on
-    the lesson's workloads, in their terms, for a visible assert's message. Never raises."""
+    the notebook's workloads, in their terms, for a visible assert's message. Never raises."""
     name = "RadixScheduler" if exercise == "scheduler" else exercise
     return spec.diagnose_cases(SPECS, ASSIGNMENT, fn, name, lambda: visible_cases(name), exercise)
 

@@ -13,15 +13,24 @@ from matplotlib.patches import Patch
 
 from servelab.radix_cache import NodeView, RadixCache
 
-__all__ = ["NODE_COLORS", "plot_hit_rate_vs_cache_size", "plot_radix_tree", "plot_radix_trees", "tree_layout"]
+__all__ = ["BOX_KEY", "LEGEND_LABELS", "NODE_COLORS", "plot_hit_rate_vs_cache_size", "plot_radix_tree",
+           "plot_radix_trees", "tree_layout"]
 
-# face colours by node state; the legend uses the same words
+# face colours by node state
 NODE_COLORS = {
     "root": "#dddddd",
     "locked": "#f4b183",          # lock_ref > 0: protected, on some running request's path
     "evictable leaf": "#a9d18e",  # unlocked, no children: what evict() takes first
     "unlocked": "#bdd7ee",        # unlocked internal node: evictable once its children are gone
 }
+
+# what the legend says of each colour, and of the lines in a box
+LEGEND_LABELS = {
+    "locked": "locked (r \u2265 1): on a running request's path, protected",
+    "evictable leaf": "evictable leaf (r = 0, no children): evict() frees these, oldest t first",
+    "unlocked": "unlocked inner node (r = 0, has children): evictable once its children are gone",
+}
+BOX_KEY = "a box: [tokens on the edge into the node], kv = their KV slots, r = lock_ref, t = last access time"
 
 
 def _views(tree) -> list[NodeView]:
@@ -92,7 +101,8 @@ def plot_radix_tree(tree, ax=None, title: str | None = None, max_tokens: int = 6
 
     Orange: locked (on a running request's path); green: an evictable leaf (unlocked, no children), what
     `evict` takes first; blue: an unlocked internal node. `tree` is a RadixCache or a `snapshot()` of one
-    (take a snapshot to draw a tree as it was before it changed). `legend`: explain the colours below the tree.
+    (take a snapshot to draw a tree as it was before it changed). `legend`: explain the colours and the lines
+    of a box below the tree.
 
     >>> cache = RadixCache()
     >>> cache.insert([1, 2, 3], [10, 11, 12]), cache.insert([1, 2, 9], [20, 21, 22])
@@ -112,7 +122,7 @@ def plot_radix_tree(tree, ax=None, title: str | None = None, max_tokens: int = 6
             (x0, y0), (x1, y1) = pos[p], pos[i]
             ax.plot([x0, x1], [y0, y1], color="#808080", linewidth=1, zorder=1)
     for v, (x, y) in zip(views, pos):
-        ax.text(x, y, _label(v, max_tokens, show_kv), ha="center", va="center", fontsize=7, zorder=2,
+        ax.text(x, y, _label(v, max_tokens, show_kv), ha="center", va="center", fontsize=8, zorder=2,
                 bbox={"boxstyle": "round,pad=0.3", "facecolor": NODE_COLORS[node_state(v)], "edgecolor": "#404040",
                       "linewidth": 0.6})
     xs, ys = [x for x, _ in pos], [y for _, y in pos]
@@ -125,14 +135,17 @@ def plot_radix_tree(tree, ax=None, title: str | None = None, max_tokens: int = 6
     ax.set_title(f"{head}{total} tokens (evictable {total - protected}, protected {protected})", fontsize=9,
                  loc="left")
     if legend:
-        ax.legend(handles=_legend_handles(), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8,
-                  frameon=False)
+        ax.legend(handles=_legend_handles(show_kv), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1,
+                  fontsize=9, frameon=False, handlelength=1.6)
     return fig
 
 
-def _legend_handles():
-    return [Patch(facecolor=NODE_COLORS[k], edgecolor="#404040", label=k)
-            for k in ("locked", "evictable leaf", "unlocked")]
+def _legend_handles(show_kv: bool = True):
+    """One patch per colour, then a blank one whose label says what the lines in a box are."""
+    key = BOX_KEY if show_kv else BOX_KEY.replace(", kv = their KV slots", "")
+    return [*(Patch(facecolor=NODE_COLORS[k], edgecolor="#404040", label=LEGEND_LABELS[k])
+              for k in ("locked", "evictable leaf", "unlocked")),
+            Patch(facecolor="white", edgecolor="#404040", label=key)]
 
 
 def plot_radix_trees(panels: Sequence[tuple[str, object]], max_tokens: int = 6, show_kv: bool = True):
@@ -152,7 +165,8 @@ def plot_radix_trees(panels: Sequence[tuple[str, object]], max_tokens: int = 6, 
                              gridspec_kw={"width_ratios": widths}, layout="constrained", squeeze=False)
     for ax, (title, _), views in zip(axes[0], panels, all_views):
         plot_radix_tree(views, ax=ax, title=title, max_tokens=max_tokens, show_kv=show_kv, legend=False)
-    fig.legend(handles=_legend_handles(), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=_legend_handles(show_kv), loc="outside lower center", ncol=1, fontsize=9, frameon=False,
+               handlelength=1.6)
     return fig
 
 

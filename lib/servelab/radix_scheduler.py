@@ -4,8 +4,9 @@ The request lifecycle follows SGLang (0.4.x - 0.5.6, the `cache_finished_req` / 
 
 - **admission** (`schedule`, prefill): match the request's tokens in the tree (at most all but the last token,
   so at least one token is computed and the model has logits to sample from), lock the matched path with
-  `inc_lock_ref(last_node)`, count `available + evictable` slots as room, evict what is missing, allocate slots
-  for the tokens that did not hit;
+  `inc_lock_ref(last_node)`, count `available + evictable` slots as room (less a reservation for future decode
+  tokens when `new_token_ratio` is set, see below), evict what is missing, allocate slots for the tokens that
+  did not hit;
 - **after the prefill** (`cache_unfinished_req`): insert the prompt, free the request's own duplicates of what
   the tree already held, re-match to use the tree's slots, and move the lock to the new end of the path, so
   later requests can hit the prompt while this one is still decoding;
@@ -19,15 +20,33 @@ Two orders for the waiting queue: ``"fcfs"`` (first come, first served) and ``"l
 every scheduling pass matches every waiting request and sorts the queue by matched length, longest first, as
 SGLang's `calc_priority` does). Both stop at the first request that does not fit (no skipping ahead).
 
-Deliberate simplifications, none of which changes what the tree holds or evicts:
+Deliberate simplifications:
 - no chunked prefill: the first request of a step may exceed `max_prefill_tokens`, later ones must fit in what
   is left; every prefill is one step;
 - LPM sorts however long the queue is (SGLang falls back to FCFS order when more than 128 requests wait);
-- no reservation for future decode tokens (SGLang's `new_token_ratio`): running out during decode is handled
-  by retraction, and the request retracted is the most recently admitted one (SGLang sorts by output length);
+- by default no reservation for future decode tokens (`RadixScheduler(new_token_ratio=0.7)` turns SGLang's on,
+  below): running out during decode is handled by retraction;
+- the request retracted is the most recently admitted one (SGLang retracts the one with the fewest output
+  tokens, the longest prompt among equals);
 - the pool hands out single token slots, first free slot first, freed slots to the back of the queue (SGLang's
   `TokenToKVPoolAllocator` before its free-list sorting); slot 0 is not reserved for padding;
-- a preempted request is cached like a finished one, so its KV is not thrown away until eviction takes it.
+- a preempted request is cached like a finished one, so its KV is not thrown away until eviction takes it
+  (SGLang 0.5.6 does not insert a retracted request: `ScheduleBatch.release_req` calls
+  `cache_finished_req(req, is_insert=False)`, which frees the request's own slots and unlocks; what the tree
+  already held, its prompt inserted after the prefill, stays cached).
+
+The reservation (SGLang 0.5.6, `schedule_policy.PrefillAdder`: `_get_running_request_total_token_offset`,
+`rem_total_tokens`, `add_one_req`, `_update_prefill_budget`; `scheduler.Scheduler`: `init_new_token_ratio`,
+`update_running_batch`; `schedule_batch.ScheduleBatch.retract_decode`), modelled when `new_token_ratio` is a
+number (SGLang's default is 0.7):
+- room = available + evictable - the tokens held back: min(max_new_tokens - generated, 4096) x ratio for each
+  running request, and for each request admitted earlier in the same pass its page-rounded extend plus
+  min(max_new_tokens, 4096) in full;
+- a request is admitted only if its extend plus min(max_new_tokens - generated, 4096) is below the room;
+- the ratio falls by (ratio0 - 0.14 x ratio0) / 600 after every decode step that retracts nobody, down to
+  0.14 x ratio0; a decode step that retracts sets it to min(1, (tokens generated + 20 x running) /
+  (sum of max_new_tokens + 1)) over the requests still running; it goes back to ratio0 when the scheduler is
+  idle (nothing waiting, nothing running) and a request arrives.
 
     >>> sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
     >>> system = list(range(100, 120))
@@ -49,10 +68,41 @@ from servelab.engine import drive
 from servelab.radix_cache import RadixCache, TreeNode
 from servelab.scheduler import SequenceStatus
 
-__all__ = ["POLICIES", "RadixEngine", "RadixScheduler", "RadixStepRecord", "Req", "TokenToKVPoolAllocator",
-           "lpm_starvation", "radix_table", "slot_model"]
+__all__ = ["CLIP_MAX_NEW_TOKENS", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO_DECAY_STEPS", "POLICIES",
+           "RETRACT_DECODE_STEPS", "RadixEngine", "RadixScheduler", "RadixStepRecord", "Req",
+           "TokenToKVPoolAllocator", "decode_reservation", "lpm_starvation", "radix_table", "ratio_after_retract",
+           "slot_model"]
 
 POLICIES = ("fcfs", "lpm")
+
+# SGLang 0.5.6's defaults for the reservation (sglang/srt/environ.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION,
+# SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
+CLIP_MAX_NEW_TOKENS = 4096           # a request's future tokens are counted up to this many
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14    # the ratio's floor, as a fraction of its starting value
+NEW_TOKEN_RATIO_DECAY_STEPS = 600    # decode steps without retraction from the start value to the floor
+RETRACT_DECODE_STEPS = 20            # after a retraction: room for this many more tokens per running request
+
+
+def decode_reservation(tokens_left: Iterable[int], ratio: float, clip: int = CLIP_MAX_NEW_TOKENS) -> float:
+    """Slots admission holds back for running requests that still decode: the sum of min(left, clip) x ratio,
+    `left` being each request's max_new_tokens minus what it generated (SGLang's
+    `PrefillAdder._get_running_request_total_token_offset`).
+
+    >>> decode_reservation([100, 5000], 0.5)          # the second is counted as 4096
+    2098.0
+    """
+    return sum(min(left, clip) for left in tokens_left) * ratio
+
+
+def ratio_after_retract(generated: Iterable[int], max_new_tokens: Iterable[int]) -> float:
+    """new_token_ratio after a decode step that retracted requests, from the requests still running (SGLang's
+    `ScheduleBatch.retract_decode`): min(1, (tokens generated + 20 per request) / (sum of max_new_tokens + 1)).
+
+    >>> round(ratio_after_retract([100, 100], [1000, 1000]), 4)     # (200 + 40) / 2001
+    0.1199
+    """
+    generated, max_new_tokens = list(generated), list(max_new_tokens)
+    return min(1.0, (sum(generated) + RETRACT_DECODE_STEPS * len(generated)) / (sum(max_new_tokens) + 1))
 
 
 class TokenToKVPoolAllocator:
@@ -173,6 +223,10 @@ class RadixScheduler:
     page_size, eviction_policy, disable_radix_cache: passed to the RadixCache.
     policy: "fcfs" or "lpm" (longest prefix match first).
     eos: the token that finishes a request that does not ignore eos.
+    new_token_ratio: None (the default): admission counts available + evictable slots as room. A number in
+    (0, 1] (SGLang's default is 0.7): SGLang's reservation for future decode tokens, starting at that ratio
+    (see the module's docstring); `self.new_token_ratio` is the current ratio. With it a request whose uncached
+    tokens plus max_new_tokens reach the pool size is never admitted, and the engine stops with RuntimeError.
     The tree is built by the class attribute `cache_class` (RadixCache), so a subclass can serve requests
     through another implementation of the same interface.
     """
@@ -181,7 +235,7 @@ class RadixScheduler:
 
     def __init__(self, pool_size: int, max_prefill_tokens: int, max_running_requests: int = 8,
                  page_size: int = 1, policy: str = "fcfs", eviction_policy: str = "lru",
-                 disable_radix_cache: bool = False, eos: int = -1):
+                 disable_radix_cache: bool = False, eos: int = -1, new_token_ratio: float | None = None):
         if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) or max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be an int >= 1, got {max_prefill_tokens!r}")
         if isinstance(max_running_requests, bool) or not isinstance(max_running_requests, int) \
@@ -189,6 +243,10 @@ class RadixScheduler:
             raise ValueError(f"max_running_requests must be an int >= 1, got {max_running_requests!r}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+        if new_token_ratio is not None and (isinstance(new_token_ratio, bool)
+                                            or not isinstance(new_token_ratio, int | float)
+                                            or not 0 < new_token_ratio <= 1):
+            raise ValueError(f"new_token_ratio must be None or a number in (0, 1], got {new_token_ratio!r}")
         self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(pool_size)
         self.tree_cache = self.cache_class(page_size=page_size, disable=disable_radix_cache,
                                           eviction_policy=eviction_policy,
@@ -201,6 +259,11 @@ class RadixScheduler:
         self.eos = eos
         self.waiting: deque[Req] = deque()
         self.running: deque[Req] = deque()
+        self.init_new_token_ratio = new_token_ratio           # None: no reservation
+        self.new_token_ratio = new_token_ratio
+        if new_token_ratio is not None:
+            self.min_new_token_ratio = new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
+            self.new_token_ratio_decay = (new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
 
     # ---- queue ---------------------------------------------------------------------------------------------
 
@@ -209,6 +272,8 @@ class RadixScheduler:
         if most > self.pool_size:
             raise ValueError(f"{req.name} can grow to {most} tokens with KV but the pool has only "
                              f"{self.pool_size} slots: it could never finish")
+        if self.init_new_token_ratio is not None and self.is_finished():
+            self.new_token_ratio = self.init_new_token_ratio      # SGLang resets the ratio when idle
         self.waiting.append(req)
 
     def is_finished(self) -> bool:
@@ -236,6 +301,7 @@ class RadixScheduler:
         pool, tree = self.token_to_kv_pool_allocator, self.tree_cache
         picked: list[Req] = []
         num_batched = 0
+        reserved = self.reserved_tokens()                     # 0 without the reservation
         while self.waiting and len(self.running) + len(picked) < self.max_running_requests:
             req = self.waiting[0]
             tokens = req.token_ids
@@ -244,9 +310,18 @@ class RadixScheduler:
             if picked and extend > self.max_prefill_tokens - num_batched:
                 break                                         # only the first may exceed the token budget
             tree.inc_lock_ref(node)                           # its own prefix is not room for itself
-            if pool.available_size() + tree.evictable_size() < extend:
+            room = pool.available_size() + tree.evictable_size()
+            if self.new_token_ratio is None:
+                fits = extend <= room
+            else:                                             # the prompt and its own future tokens, below
+                left = max(req.max_new_tokens - len(req.output_ids), 0)   # what is not held back already
+                fits = extend + min(left, CLIP_MAX_NEW_TOKENS) < room - reserved
+            if not fits:
                 tree.dec_lock_ref(node)
                 break                                         # the head does not fit: nobody jumps it
+            if self.new_token_ratio is not None:
+                paged = -(-extend // self.page_size) * self.page_size
+                reserved += paged + min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
             if pool.available_size() < extend:
                 tree.evict(extend - pool.available_size())
             slots = pool.alloc(extend)
@@ -263,13 +338,22 @@ class RadixScheduler:
 
     def _schedule_decode(self) -> list[Req]:
         pool, tree = self.token_to_kv_pool_allocator, self.tree_cache
+        retracted = False
         while len(self.running) > pool.available_size():
             if tree.evictable_size() > 0:
                 tree.evict(len(self.running) - pool.available_size())
             else:
                 self.preempt(self.running.pop())              # the most recently admitted goes first
+                retracted = True
         if not self.running:  # an explicit raise, not an assert: python -O must not turn this into a hang
             raise RuntimeError("nothing could be scheduled: the requests do not fit in the KV pool")
+        if self.new_token_ratio is not None:
+            if retracted:
+                self.new_token_ratio = ratio_after_retract([len(r.output_ids) for r in self.running],
+                                                           [r.max_new_tokens for r in self.running])
+            else:
+                self.new_token_ratio = max(self.new_token_ratio - self.new_token_ratio_decay,
+                                           self.min_new_token_ratio)
         for req in self.running:
             req.kv_indices += pool.alloc(1)
             req.num_scheduled_tokens = 1
@@ -354,6 +438,13 @@ class RadixScheduler:
         req.prefix_indices, req.last_node = list(new_indices), new_node
 
     # ---- accounting ----------------------------------------------------------------------------------------
+
+    def reserved_tokens(self) -> float:
+        """Slots admission holds back for the running requests' future decode tokens: 0 without the reservation,
+        else `decode_reservation` of their max_new_tokens minus what they generated, at the current ratio."""
+        if self.new_token_ratio is None:
+            return 0
+        return decode_reservation([r.max_new_tokens - len(r.output_ids) for r in self.running], self.new_token_ratio)
 
     def private_slots(self) -> list[int]:
         """Slots held by running requests that the tree does not own."""

@@ -1,11 +1,11 @@
 """Chapter 04's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
 
 A case of a method is the tree's state at the moment the reference tree calls it, in a run of one workload of
-operations (``servelab_autograder.ch04.record``): the lesson's walk-throughs and visible asserts, one per pitfall
+operations (``servelab_autograder.ch04.record``): the notebook's walk-throughs and visible asserts, one per pitfall
 (fixed cases, also the visible checks'), then seeded random workloads (page sizes 1, 2 and 4; two or three
 distinct tokens, so keys share prefixes and split edges often; locks held across splits; evictions, resets, empty
 keys and bad input). ``child_key`` and ``_match_len`` also get random direct calls (page sizes 1 to 8). The whole
-class runs the same workloads operation by operation, and serves the lesson's 100 requests.
+class runs the same workloads operation by operation, and serves the notebook's 100 shared-prompt requests.
 
 Blocked while grading: ``RadixCache.child_key``, ``_match_len``, ``_split_node``, ``match_prefix`` and ``insert``;
 the calls match_prefix and insert make of the other three (and _split_node's of child_key) are answered by the
@@ -45,7 +45,7 @@ def _random(exercise: str, n: int, n_ops: int = 150, most: int | None = None):
 
 
 def _fixed(exercise: str):
-    return lambda: ch04.cases_of(exercise, ch04.lesson_workloads())
+    return lambda: ch04.cases_of(exercise, ch04.chapter_workloads())
 
 
 def _child_key_random(rng: random.Random) -> list[tuple]:
@@ -110,6 +110,20 @@ def _drill_block_vs_radix() -> int:
     return len(cache.match_prefix(second[:-1])[0]) - block_hits
 
 
+def _drill_decode_read_mib() -> int:
+    """200 requests share drill 1's 1500-token prompt and decode together: MiB of that prompt's KV one decode
+    step reads when every request's attention reads its own context (a plain paged kernel)."""
+    return int(200 * 1500 * LLAMA2_7B.kv_bytes_per_token // (KiB * KiB))
+
+
+def _drill_paged_reuse() -> int:
+    """Drill 3's two requests through a radix cache with page_size 16: tokens the second one reuses."""
+    prompt = list(range(1000, 2000))
+    first, second = prompt + [7] * 20, prompt + [9] * 50
+    cache = RadixCache(page_size=16)
+    cache.insert(first, range(len(first)))
+    return len(cache.match_prefix(second[:-1])[0])
+
 
 CHAPTER = Chapter(
     assignment=ch04.ASSIGNMENT,
@@ -142,5 +156,16 @@ CHAPTER = Chapter(
               hints=((1000, "The question asks for the difference: the block cache reuses whole blocks only."),
                      (768, "The question asks for the difference: the block cache reuses whole blocks only."),
                      (24, "Blocks of 256: the block cache reuses 3 whole blocks (768 tokens), not 1024 - 24."))),
+        Drill("drill_4", "number of MiB of the shared 1500-token prompt's KV that one decode step of the 200 requests "
+                         "reads with a plain paged attention kernel", _drill_decode_read_mib,
+              hints=((750, "That is the one copy the tree stores. Storing it once saves memory; each request's "
+                           "attention still reads the prompt's KV itself, every decode step."),
+                     (153_600_000, "That is KiB: divide by 1024 once more."))),
+        Drill("drill_5", "number of drill 3's shared tokens a radix cache with page_size 16 reuses",
+              _drill_paged_reuse,
+              hints=((1000, "With pages the match is rounded down to whole 16-token pages."),
+                     (1008, "The match is rounded down to whole pages, not up: the 1000 equal tokens end inside "
+                            "a page."),
+                     (768, "That is 256-token blocks: here a page is 16 tokens."))),
     ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )

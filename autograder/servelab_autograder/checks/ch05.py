@@ -1,11 +1,11 @@
 """Chapter 05's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
 
 A case of ``inc_lock_ref``, ``dec_lock_ref`` or ``evict`` is the tree's state at the moment the reference tree calls
-it in a run of a workload of operations (chapter 04's recording): the lesson's walk-through and visible asserts,
+it in a run of a workload of operations (chapter 04's recording): the notebook's walk-through and visible asserts,
 one per pitfall (fixed cases, also the visible checks'), then seeded random workloads (page sizes 1, 2 and 4; locks
 held across splits; evictions of every size, resets and bad input). A case of ``cache_finished_req`` is the
 scheduler's state when the reference scheduler finishes or preempts a request, in workloads of requests: the
-lesson's, one per pitfall, then seeded random ones (shared prefixes, page sizes 1, 2 and 4, pools small enough to
+notebook's, one per pitfall, then seeded random ones (shared prefixes, page sizes 1, 2 and 4, pools small enough to
 evict and preempt, FCFS and longest prefix first). The whole scheduler runs every workload of both kinds.
 
 Blocked while grading: ``RadixCache.inc_lock_ref``, ``dec_lock_ref``, ``evict`` and
@@ -24,7 +24,12 @@ from __future__ import annotations
 import random
 
 from servelab.radix_cache import RadixCache
-from servelab.radix_scheduler import TokenToKVPoolAllocator, lpm_starvation
+from servelab.radix_scheduler import (
+    MIN_NEW_TOKEN_RATIO_FACTOR,
+    TokenToKVPoolAllocator,
+    decode_reservation,
+    lpm_starvation,
+)
 from servelab_autograder import ch04, ch05, common
 from servelab_autograder.checks.ch04 import random_workloads
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -80,11 +85,25 @@ def _drill_evict() -> int:
     return len(cache.evict(25))
 
 
+RESERVE_FREE, RESERVE_EVICTABLE, RESERVE_RUNNING, RESERVE_LEFT, RESERVE_RATIO = 3000, 1000, 10, 400, 0.7
+
+
+def _drill_room_with_reservation() -> int:
+    """SGLang's admission room: free + evictable slots less the running requests' reservation, min(tokens left,
+    4096) x new_token_ratio each (servelab.radix_scheduler.decode_reservation)."""
+    held = decode_reservation([RESERVE_LEFT] * RESERVE_RUNNING, RESERVE_RATIO)
+    return round(RESERVE_FREE + RESERVE_EVICTABLE - held)
+
+
+def _drill_reservation_at_the_floor() -> int:
+    """The same running requests once the ratio has decayed to its floor, 0.14 of its starting 0.7."""
+    return round(decode_reservation([RESERVE_LEFT] * RESERVE_RUNNING, RESERVE_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR))
+
 
 CHAPTER = Chapter(
     assignment=ch05.ASSIGNMENT,
     prelude="import heapq\nimport servelab.radix_cache\nimport servelab.radix_scheduler\n",
-    demos=("setup_2", "setup_3", "setup_4", "setup_6"),
+    demos=("setup_2", "setup_3", "setup_4", "setup_6", "setup_7"),
     setup=("setup_5",),
     references=("servelab.radix_cache:RadixCache.inc_lock_ref", "servelab.radix_cache:RadixCache.dec_lock_ref",
                 "servelab.radix_cache:RadixCache.evict", "servelab.radix_scheduler:RadixScheduler.cache_finished_req"),
@@ -113,5 +132,18 @@ CHAPTER = Chapter(
               hints=((25, "evict frees whole nodes: it never cuts a leaf."),
                      (20, "The match refreshed A's path: the least recently used leaf is B's 30-token suffix."),
                      (150, "evict stops as soon as it has freed at least 25 tokens."))),
+        Drill("drill_4", "number of slots of room SGLang's admission sees for a new request (free + evictable, less "
+                         "the reservation for the running requests)", _drill_room_with_reservation,
+              hints=((4000, "The running requests' future decode tokens are held back too: tokens left x "
+                            "new_token_ratio each."),
+                     (0, "The reservation is scaled by new_token_ratio: a request is not expected to use all of "
+                         "max_new_tokens."),
+                     (200, "Evictable tokens are room too: admission evicts them."))),
+        Drill("drill_5", "number of slots the reservation holds back for those 10 requests once new_token_ratio "
+                         "has decayed to its floor", _drill_reservation_at_the_floor,
+              hints=((2800, "That is at the starting ratio: 600 decode steps without a retraction take it down "
+                            "to its floor."),
+                     (560, "The floor is 0.14 times the starting ratio, not 0.14."),
+                     (0, "The ratio never falls to 0: it stops at its floor."))),
     ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )
