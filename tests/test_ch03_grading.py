@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ import pytest
 from grading_harness import Notebook, Proof, is_test, python_source
 
 from servelab import costmodel, simulator
-from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
+from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
 from servelab.simulator import MixedBudget, Requests, simulate
 from servelab_autograder import ch03, known_wrong, plain, probe, release, verdicts
 from servelab_autograder.checks import ch03 as table
@@ -307,7 +308,7 @@ def test_learner_exceptions_and_stubs_are_reported():
         assert "raised NotImplementedError: fill in the function first" in message, cell
     v = _graded("def schedule(self, state):\n    return state.nonexistent\n", "test_schedule")
     assert "raised AttributeError" in v.message and "nonexistent" in v.message
-    assert "schedule() at step 0 of 'the lesson's A/B/C" in v.message
+    assert "schedule() at step 0 of 'requests A/B/C (0, 1, 2), budget 8'" in v.message
     v = _graded("def kv_bytes_per_token(model):\n    return model.kv_bytes_per_token\n", "test_kv_bytes_per_token")
     assert "kv_bytes_per_token is what you are computing" in v.message
 
@@ -320,8 +321,11 @@ def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
     ns = solution()
     drills = CHAPTER.drills.drills
     assert [ns[d.name] for d in drills] == pytest.approx([d.expected() for d in drills], rel=1e-12)
-    assert ns["drill_1"] == 23 and ns["drill_5"] == table.q4_plan()["limit"]
-    assert [d.rel_tol for d in drills] == [0.0, 0.05, 0.03, 0.05, 0.02]
+    walkthrough_batch = costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048)   # the first claim's
+    assert ns["drill_1"] == costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, table.Q1_CONTEXT) < walkthrough_batch
+    assert ns["drill_5"] == table.q4_plan()["limit"]
+    assert [d.rel_tol for d in drills] == [0.0, 0.05, 0.03, 0.05, 0.02, 0.0, 0.0]
+    assert ns["drill_7"] == costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048) > walkthrough_batch
 
     def drills_message(**answers):
         return grade({**ns, **answers}, cells=["test_drills"])["test_drills"]
@@ -334,25 +338,60 @@ def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
     no_prefix = costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384, decode_context_lens=[2048] * 64)
     assert "Pitfall: each chunk of a long prompt attends to the prompt before it" in \
         drills_message(drill_3=no_prefix * 1.01).message
+    chunks = table.Q3_PROMPT // 16384
+    assert "Pitfall: each chunk of a long prompt attends to the prompt before it" in \
+        drills_message(drill_4=chunks * costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384)).message
     assert "largest B with step_time" in drills_message(drill_1=32).message
+    assert "That is the batch at 2048 tokens of context" in drills_message(drill_1=walkthrough_batch).message
     assert "drill_3 is not defined" in grade({k: v for k, v in ns.items() if k != "drill_3"},
                                              cells=["test_drills"])["test_drills"].message
     assert "drill_2 is True" in drills_message(drill_2=True).message
+    assert "FLOPs per byte, not of tokens" in drills_message(drill_6=295).message
+    assert "That is the batch on the H100" in drills_message(drill_7=walkthrough_batch).message
     assert drills_message(drill_2=ns["drill_2"] * 1.04, drill_3=ns["drill_3"] * 0.98, drill_4=ns["drill_4"] * 1.04,
                           drill_5=ns["drill_5"] * 1.01).passed
 
 
+def test_drills_1_to_4_are_not_the_walkthroughs_printed_answers():
+    """The walkthrough prints its claims' answers (the batch at 2048 tokens of context, the wait behind a
+    32,768-token prompt, the last step and lockout of a 131,072-token one); the drills ask for variants, and a
+    learner who copies the printed number, exact or as shown, is told why it is not yet right."""
+    ns = solution()
+    copied = {"drill_1": (costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048),),
+              "drill_2": (table.q2_short_ttft_s(32768),), "drill_3": (table.q3_worst_gap_s(131072),),
+              "drill_4": (table.q3_lockout_s(131072),)}
+    digits = {"drill_2": 3, "drill_3": 3, "drill_4": 2}   # as the walkthrough prints them
+    for name, digit in digits.items():
+        copied[name] += (round(copied[name][0], digit),)
+    drills = {d.name: d for d in CHAPTER.drills.drills}
+    for name, values in copied.items():
+        d = drills[name]
+        for value in values:
+            assert not math.isclose(value, d.expected(), rel_tol=d.rel_tol, abs_tol=d.abs_tol), (name, value)
+            v = grade({**ns, name: value}, cells=["test_drills"])["test_drills"]
+            hint = v.message.splitlines()[0]
+            assert not v.passed and hint.startswith("That is the "), (name, value, v.message)
+            for number in re.findall(r"\d[\d,]*(?:\.\d+)?", hint):    # a hint never gives the number
+                assert not math.isclose(float(number.replace(",", "")), d.expected(), rel_tol=max(d.rel_tol, 0.05)), \
+                    (name, hint)
+
+
 def test_drill_derivations_agree_with_the_simulator():
-    """Each drill's step-model answer is what the simulator measures on the question's workload."""
-    reqs = Requests(np.array([0.0] + [0.001] * 10), np.array([32768] + [256] * 10), np.array([64] * 11))
-    res = simulate(reqs, MixedBudget(max_num_batched_tokens=2048), LLAMA31_8B, H100_SXM)
+    """Each drill's step-model answer is what the simulator measures on the drill's workload."""
+    reqs = Requests(np.array([0.0] + [0.001] * 10), np.array([table.Q2_PROMPT] + [256] * 10), np.array([64] * 11))
+    res = simulate(reqs, MixedBudget(max_num_batched_tokens=table.Q2_BUDGET), LLAMA31_8B, H100_SXM)
     assert res.ttft[1:].mean() == pytest.approx(table.q2_short_ttft_s(), rel=0.02)
-    res = simulate(Requests([0.0], [131072], [2]), MixedBudget(max_num_batched_tokens=16384), LLAMA31_8B, H100_SXM)
-    assert res.step_duration_s[:8].max() == pytest.approx(
-        costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384, prefill_context=131072 - 16384), rel=1e-9)
+    chunks = table.Q3_PROMPT // table.Q3_CHUNK
+    res = simulate(Requests([0.0], [table.Q3_PROMPT], [2]), MixedBudget(max_num_batched_tokens=table.Q3_CHUNK),
+                   LLAMA31_8B, H100_SXM)
+    last = costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=table.Q3_CHUNK,
+                               prefill_context=table.Q3_PROMPT - table.Q3_CHUNK)
+    assert res.step_duration_s[:chunks].max() == pytest.approx(last, rel=1e-9)
     assert res.ttft[0] == pytest.approx(table.q3_lockout_s(), rel=1e-9)
-    for B, meets in ((23, True), (24, False)):
-        res = simulate(Requests(np.zeros(B), np.full(B, 1024), np.full(B, 2048)),
+    # one wave of B requests whose context averages Q1_CONTEXT over their 2048 decode steps
+    batch = costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, table.Q1_CONTEXT)
+    for B, meets in ((batch, True), (batch + 1, False)):
+        res = simulate(Requests(np.zeros(B), np.full(B, table.Q1_CONTEXT - 1024), np.full(B, 2048)),
                        MixedBudget(max_num_batched_tokens=65536, max_num_seqs=B), LLAMA2_7B, H100_SXM)
         assert bool(np.nanmax(res.tpot) <= 0.012) == meets
 

@@ -36,6 +36,8 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 import servelab.kernels  # noqa: E402,F401  (the interpreter is chosen before any kernel is decorated)
+from servelab import costmodel  # noqa: E402
+from servelab.costmodel import H200  # noqa: E402
 from servelab.kernels import exercises as ex  # noqa: E402
 from servelab.kernels.reference import gather_kv  # noqa: E402
 from servelab_autograder import ch06, known_wrong, plain, probe, release, verdicts  # noqa: E402
@@ -89,7 +91,8 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
 
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module.startswith("servelab.kernels.") and callable(getattr(importlib.import_module(module), name)), ref
+        assert module.startswith("servelab.kernels.") or module == "servelab.costmodel", ref
+        assert callable(getattr(importlib.import_module(module), name)), ref
 
 
 def test_test_cells_hold_no_hidden_tests():
@@ -105,8 +108,13 @@ def test_notebook_follows_the_authoring_conventions():
             assert tags == (["raises-exception"] if meta["grade_id"] == "drills" else [])
         elif not meta.get("grade"):
             assert "requires-cuda" not in tags or "bench.main" in source
-        if meta.get("grade") or meta.get("solution"):
+        if meta.get("solution"):
             assert c.get("outputs") == [], meta["grade_id"]
+        if meta.get("grade"):     # a test cell says so when its asserts pass
+            name = meta["grade_id"].removeprefix("test_")
+            line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
+            assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
+            assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
 
 
 def test_kernel_solution_cells_are_triton_kernels_whose_source_the_interpreter_can_rewrite():
@@ -312,6 +320,38 @@ def test_library_kernels_plain_functions_and_borrowed_loops_are_refused():
         assert not v.passed and "raised TypeError" in v.message and says in v.message, v.message
 
 
+def test_the_drills_are_the_library_s_numbers_and_a_prefix_read_once_is_decode_traffic_of_fewer_keys():
+    ns = solution()
+    drills = CHAPTER.drills.drills
+    assert [d.name for d in drills] == [f"drill_{i}" for i in range(1, 7)]
+    assert [ns[d.name] for d in drills] == pytest.approx([d.expected() for d in drills], rel=1e-12)
+    shape = table.DRILL_SHAPE
+    # read per sequence, the shared prefix is plain decode traffic; read once, it is that of one sequence's copy
+    assert costmodel.shared_prefix_decode_traffic(table.DRILL_PREFIX, table.DRILL_OWN, *shape, prefix_once=False) \
+        == ex.decode_traffic(table.DRILL_LENS, *shape)
+    once = costmodel.shared_prefix_decode_traffic(table.DRILL_PREFIX, table.DRILL_OWN, *shape)
+    own = ex.decode_traffic(table.DRILL_OWN, *shape)
+    assert once == (own[0] + 2 * table.DRILL_PREFIX * 8 * 128 * 2, ex.decode_traffic(table.DRILL_LENS, *shape)[1])
+    # the intensity rises with the batch only when the prefix is read once (the notebook's table, setup_12)
+    per_seq, cascade = ([(lambda b, f: f / b)(*costmodel.shared_prefix_decode_traffic(4096, [256] * n, 32, 8, 128, 2,
+                                                                                     prefix_once=o))
+                         for n in (1, 8, 64, 256)] for o in (False, True))
+    assert max(per_seq) - min(per_seq) < 1e-9 and cascade == sorted(cascade) and cascade[-1] < H200.ridge_flops_per_byte
+    nb = NB.read()
+    out = next("".join("".join(o.get("text", "")) for o in c["outputs"]) for c in nb["cells"]
+               if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup_12")
+    assert f"{cascade[-1]:8.1f}" in out and f"{per_seq[0]:8.1f}" in out, out
+
+
+def test_an_unanswered_drill_is_named_not_a_name_error():
+    ns = {k: v for k, v in notebook_namespace().items() if k not in ("drill_5", "drill_6")}
+    with pytest.raises(AssertionError, match=r"not answered yet: drill_5, drill_6 \(assign a number"):
+        exec(compile(python_source(NB.source("test_drills")), "test_drills", "exec"), ns)
+    ns = {**notebook_namespace(), "drill_2": "eight"}
+    with pytest.raises(AssertionError, match="drill_2 must be a number, not 'eight'"):
+        exec(compile(python_source(NB.source("test_drills")), "test_drills", "exec"), ns)
+
+
 def test_learner_results_are_read_not_trusted():
     ns = {**solution(), "decode_traffic": lambda *args: {"bytes": 1, "flops": 2}}
     assert "expected a pair (bytes, flops)" in failing(ns, cells=["test_decode_traffic"])["test_decode_traffic"]
@@ -397,6 +437,7 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
         sys.path.insert(0, {str(tmp_path)!r})
         import json
         import servelab.kernels as K
+        from servelab import costmodel
         from servelab.kernels import exercises as ex, reference
         from servelab_autograder import ch06
         import cells
@@ -405,6 +446,8 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
         for name, call in [("ref_paged_decode", lambda: reference.ref_paged_decode(*b.args)),
                            ("paged_decode", lambda: K.paged_decode(*b.args)),
                            ("decode_traffic", lambda: ex.decode_traffic([1], 1, 1, 16, 2)),
+                           ("shared_prefix_decode_traffic",
+                            lambda: costmodel.shared_prefix_decode_traffic(0, [1], 1, 1, 16, 2)),
                            ("ref_merge", lambda: ex.ref_merge(*ch06.stage_one(b, 2))),
                            ("attend_tiles", lambda: ex.split_kv_partials(*b.args, 2))]:
             try:
@@ -422,7 +465,7 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
     assert got["interpreted"] is True
     assert got["ref_paged_decode"] == ("servelab.kernels.reference.ref_paged_decode is not available while "
                                        "grading: the grader compares your code with it")
-    for name in ("paged_decode", "decode_traffic", "ref_merge"):
+    for name in ("paged_decode", "decode_traffic", "ref_merge", "shared_prefix_decode_traffic"):
         assert "not available while grading" in got[name], (name, got[name])
     assert "attend_tiles" in got["attend_tiles"] and got["attend_tiles"] != "ran"   # stage 1 only outside grading
     assert got["driver"] == [[2 * ch06.MARGIN + 24, 32], [], 0]
@@ -444,6 +487,7 @@ def test_verdicts_need_no_asserts():
     out = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
-    assert lines[0].startswith("True") and lines[1] == "False Pitfall: the FLOPs count two products: q.k and p.v " \
-                                                       "are head_dim multiply-adds each per key and query head, 4 x " \
-                                                       "num_q_heads x head_dim FLOPs per key."
+    assert lines[0].startswith("True") and lines[1] == "False Pitfall: half the FLOPs were counted: only one of the " \
+                                                       "two products, or a multiply-add as 1 FLOP. q.k and p.v are " \
+                                                       "head_dim multiply-adds each per key and query head, 2 FLOPs " \
+                                                       "per multiply-add: 4 x num_q_heads x head_dim FLOPs per key."

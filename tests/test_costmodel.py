@@ -1,5 +1,6 @@
 """The roofline step model: published model sizes, hand-derived step times on a toy model, the SLO arithmetic
-(largest chunk, largest batch, admission limit), input checks."""
+(largest chunk, largest batch, admission limit), the traffic of decode attention over a shared prefix, input
+checks."""
 
 import dataclasses
 
@@ -19,6 +20,7 @@ from servelab.costmodel import (
     max_backlog_tokens,
     max_decode_batch,
     max_prefill_chunk,
+    shared_prefix_decode_traffic,
     step_cost,
     step_time,
 )
@@ -229,3 +231,34 @@ def test_max_backlog_tokens():
 def test_slo_arithmetic_rejects_bad_parameters(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_shared_prefix_read_once_saves_bytes_not_flops():
+    # Llama-3-8B's attention (32 query / 8 KV heads of 128, bf16): 64 sequences on a 4096-token prefix, 256 own
+    kv_token, q_and_out = 2 * 8 * 128 * 2, 2 * 64 * 32 * 128 * 2
+    per_seq = shared_prefix_decode_traffic(4096, [256] * 64, 32, 8, 128, 2, prefix_once=False)
+    once = shared_prefix_decode_traffic(4096, [256] * 64, 32, 8, 128, 2)
+    flops = 4 * 32 * 128 * 64 * (4096 + 256)
+    assert per_seq == (64 * (4096 + 256) * kv_token + q_and_out, flops)
+    assert once == ((4096 + 64 * 256) * kv_token + q_and_out, flops)
+    # read per sequence, the intensity is about GROUP (4) FLOPs per byte whatever the batch; read once, it grows
+    # with the batch
+    intensity = [(lambda b, f: f / b)(*shared_prefix_decode_traffic(4096, [256] * n, 32, 8, 128, 2, once))
+                 for once in (False, True) for n in (1, 8, 64)]
+    assert all(3.9 < x < 4.0 for x in intensity[:3])
+    assert intensity[3] == intensity[0] and intensity[3] < intensity[4] < intensity[5]
+    # no prefix, or one sequence: the two kernels read the same bytes
+    assert shared_prefix_decode_traffic(0, [10, 6], 4, 2, 64, 2) == (10240, 16384) == \
+        shared_prefix_decode_traffic(0, [10, 6], 4, 2, 64, 2, prefix_once=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1, [2], 4, 2, 8, 2), r"prefix_len must be >= 0"),
+    ((4, [], 4, 2, 8, 2), "suffix_lens must hold one entry per sequence"),
+    ((4, [2], 4, 3, 8, 2), r"num_q_heads \(4\) must be a multiple of num_kv_heads \(3\)"),
+    ((4, [2], 4, 0, 8, 2), "num_kv_heads must be an integer >= 1"),
+    ((4, [2], 4, 2, 8, 0), "bytes_per_element must be a number > 0"),
+])
+def test_shared_prefix_decode_traffic_rejects_bad_parameters(args, message):
+    with pytest.raises(ValueError, match=message):
+        shared_prefix_decode_traffic(*args)

@@ -302,9 +302,9 @@ class Scenario:
 
 
 _ABC = ((0.0, 0.0, 0.0), (6, 5, 3), (4, 4, 4))
-LESSON_SCENARIOS = (   # the visible asserts' workloads
-    Scenario("the lesson's A/B/C (0, 1, 2), budget 8", *_ABC, 8, 8, 1000),
-    Scenario("the lesson's A/B/C with 20 tokens of KV (a preemption)", *_ABC, 8, 8, 20),
+VISIBLE_SCENARIOS = (   # the visible asserts' workloads
+    Scenario("requests A/B/C (0, 1, 2), budget 8", *_ABC, 8, 8, 1000),
+    Scenario("requests A/B/C with 20 tokens of KV (a preemption)", *_ABC, 8, 8, 20),
     # three chats decode when a 40-token prompt arrives: each step is 3 decodes + a 13-token chunk
     Scenario("three decoders and a long prompt", (0.0, 0.0, 0.0, 0.02), (4, 4, 4, 40), (12, 12, 12, 3), 16, 8, 1000),
 )
@@ -327,8 +327,8 @@ def scenario_states(sc: Scenario) -> list[tuple[dict, dict]]:
 
 
 @functools.cache
-def _lesson_states() -> tuple:
-    return tuple(s for sc in LESSON_SCENARIOS for s in scenario_states(sc))
+def _visible_states() -> tuple:
+    return tuple(s for sc in VISIBLE_SCENARIOS for s in scenario_states(sc))
 
 
 def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
@@ -340,7 +340,7 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
         return f"{name} gave an unexpected result"
     atlas = spec.atlas(ASSIGNMENT)
     if name == "schedule" and not args and not kwargs:
-        msgs = (spec.diagnose(SPECS, atlas, fn, state, name) for state in _lesson_states())
+        msgs = (spec.diagnose(SPECS, atlas, fn, state, name) for state in _visible_states())
         return next((m for m in msgs if not m.endswith("is correct on this input")),
                     "schedule agrees with MixedBudget on every step of these scenarios: compare your code with the "
                     "rule the assert states")

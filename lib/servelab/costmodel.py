@@ -17,7 +17,8 @@ FLOPs (a multiply-add counts as 2):
 Bytes moved through HBM:
   * every weight, once per step, whatever the batch: this is what batching amortises;
   * the KV of every cached token some query attends to: the context of each decoding sequence and the
-    prefix under each prefill chunk, read once per sequence;
+    prefix under each prefill chunk, read once per sequence (as a plain paged kernel reads it, even where
+    sequences share a cached prefix; `shared_prefix_decode_traffic` prices a kernel that reads it once);
   * the KV of every token computed in the step, written once.
 
 Left out on purpose, so that the numbers stay checkable by hand: activations (small next to weights and
@@ -64,6 +65,7 @@ __all__ = [
     "max_backlog_tokens",
     "max_decode_batch",
     "max_prefill_chunk",
+    "shared_prefix_decode_traffic",
     "step_cost",
     "step_time",
 ]
@@ -333,6 +335,51 @@ def step_time(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_l
     """
     overhead_s = _check_overhead(overhead_s)
     return step_cost(model, gpu, prefill_tokens, decode_context_lens, prefill_context).seconds(overhead_s)
+
+
+def shared_prefix_decode_traffic(prefix_len: int, suffix_lens, num_q_heads: int, num_kv_heads: int,
+                                 head_dim: int, bytes_per_element: float, prefix_once: bool = True):
+    """`(bytes, flops)` of one layer's decode attention for sequences that share their first `prefix_len`
+    cached tokens: sequence i holds `prefix_len + suffix_lens[i]` cached tokens and decodes one new token.
+
+    A plain paged kernel reads every sequence's keys, so the shared prefix's K and V once per sequence
+    (`prefix_once=False`). A shared-prefix ("cascade") kernel runs all the batch's queries over the prefix
+    together, as one block of queries, and reads its K and V once per step (`prefix_once=True`); each sequence
+    then attends to its own suffix, and the two partial softmaxes are merged by their maxima and sums. The
+    FLOPs are the same either way: every query head still meets every key of its sequence.
+
+    Bytes: K and V of every token read (num_kv_heads x head_dim elements each), plus each sequence's query read
+    and output written (num_q_heads x head_dim elements each); bytes_per_element bytes per element; the block
+    table left out. FLOPs: 2 per multiply-add, head_dim of them for q.k and head_dim for p.v, per query head
+    and key: 4 x num_q_heads x head_dim x (keys of all sequences).
+
+    Two sequences on a 4-token prefix with 2 tokens each of their own (4 query / 2 KV heads of 8, 2 bytes):
+    read once, 4 + 2 + 2 = 8 tokens of K and V (512 bytes); per sequence, 12 (768 bytes); 256 bytes of q
+    and out; 12 keys met by 4 heads.
+
+    >>> shared_prefix_decode_traffic(4, [2, 2], 4, 2, 8, 2)
+    (768, 1536)
+    >>> shared_prefix_decode_traffic(4, [2, 2], 4, 2, 8, 2, prefix_once=False)
+    (1024, 1536)
+    """
+    prefix = _one_count("prefix_len", prefix_len, "the tokens every sequence shares")
+    suffixes = _counts("suffix_lens", suffix_lens)
+    if suffixes.size == 0:
+        raise ValueError("suffix_lens must hold one entry per sequence (0 for a sequence that is all prefix)")
+    for name, value in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        if not _is_count(value) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    if not isinstance(bytes_per_element, numbers.Real) or isinstance(bytes_per_element, bool) \
+            or not bytes_per_element > 0:
+        raise ValueError(f"bytes_per_element must be a number > 0, got {bytes_per_element!r}")
+    num_seqs, suffix_tokens = int(suffixes.size), int(suffixes.sum())
+    read_tokens = (prefix if prefix_once else num_seqs * prefix) + suffix_tokens
+    kv_bytes = 2 * read_tokens * num_kv_heads * head_dim * bytes_per_element
+    q_and_out_bytes = 2 * num_seqs * num_q_heads * head_dim * bytes_per_element
+    flops = 4 * num_q_heads * head_dim * (num_seqs * prefix + suffix_tokens)
+    return kv_bytes + q_and_out_bytes, flops
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 0.9) -> int:

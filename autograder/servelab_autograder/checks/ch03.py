@@ -1,10 +1,10 @@
 """Chapter 03's grading table: each test cell, the exercise it grades and its cases; the drills' answers.
 
-Fixed cases come first (the lesson's and the visible asserts', then one for each pitfall, then edge cases): the
+Fixed cases come first (the notebook's and the visible asserts', then one for each pitfall, then edge cases): the
 pitfall atlas of the learner-facing module is made from them. The random ones are drawn from the run's seed.
 Arguments are plain data made by ``ch03.case`` (a model or GPU as its fields); ``schedule`` is graded one step at a
 time, state in and state out: the states are the simulator's before each step of the reference's run of a
-workload (the lesson's, one per pitfall, seeded random ones), and each case is one call of the learner's
+workload (the notebook's, one per pitfall, seeded random ones), and each case is one call of the learner's
 ``schedule`` on one of them.
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays, by exercise:
@@ -21,7 +21,7 @@ What the sandbox's library lacks while this chapter grades (``references``), and
 - schedule: ``MixedBudget.schedule`` and ``MixedBudget._shortest_first`` are blocked (the driver subclasses
   MixedBudget only for its two limits). ``ServingState``'s helpers (``can_admit``, ``admit``,
   ``preempt_tail``, ``reserve_decode_slots``) stay: the exercise is written with them. ``PrefillFirst.schedule``
-  (chapter 2's policy) stays, and fails the lesson's A/B/C at step 0.
+  (chapter 2's policy) stays, and fails the notebook's A/B/C at step 0.
 - max_chunk: ``costmodel.max_prefill_chunk`` is blocked. ``costmodel._largest_fitting`` stays:
   ``max_decode_batch``, which the drills may use, bisects with it. Alone it answers nothing: the step-time
   predicate with the decodes and the prefix is the exercise, and where its pitfalls are.
@@ -125,7 +125,7 @@ def _step_random(rng: random.Random):
 # exercise 3: the budgeted mixed schedule, one step at a time
 
 SCENARIOS = (
-    *ch03.LESSON_SCENARIOS,   # A/B/C, A/B/C with a preemption, three decoders and a long prompt
+    *ch03.VISIBLE_SCENARIOS,   # A/B/C, A/B/C with a preemption, three decoders and a long prompt
     # two long prompts: the second waits for the leftover of the first's last chunk
     Scenario("two prompts longer than the budget", (0.0, 0.0), (30, 25), (3, 3), 8, 8, 1000),
     # the head of waiting (30 tokens) does not fit in the KV left; the 2-token request behind it would
@@ -254,17 +254,33 @@ def _prefill_s(model, prompt: int, chunk: int) -> float:
                for p in range(0, prompt, chunk))
 
 
-def q2_short_ttft_s() -> float:      # ten 256-token prompts behind a 32,768-token one, FCFS, budget 2048
-    return _prefill_s(LLAMA31_8B, 32768, 2048) + costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2048)
+# The walkthrough's claims print their own answers (the batch at 2048 tokens of context, the wait behind a
+# 32,768-token prompt, the last step and the lockout of a 131,072-token one): drills 1-4 ask for variants of them.
+Q1_CONTEXT = 4096                     # drill 1: tokens of context per sequence
+Q2_PROMPT, Q2_BUDGET = 65536, 2048    # drill 2: the long prompt, the token budget
+Q3_PROMPT, Q3_CHUNK = 98304, 16384    # drills 3 and 4: the long prompt, the token budget
 
 
-def q3_worst_gap_s() -> float:       # the last 16,384-token chunk of a 131,072-token prompt, 64 decoders at 2048
-    return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=16384, prefill_context=131072 - 16384,
+def q2_short_ttft_s(prompt: int = Q2_PROMPT) -> float:
+    """Ten 256-token prompts behind a ``prompt``-token one, FCFS: the long prompt's chunk steps, then one
+    budget-sized step for the short ones."""
+    return _prefill_s(LLAMA31_8B, prompt, Q2_BUDGET) + costmodel.step_time(LLAMA31_8B, H100_SXM,
+                                                                          prefill_tokens=Q2_BUDGET)
+
+
+def q3_worst_gap_s(prompt: int = Q3_PROMPT) -> float:
+    """The step of the last chunk of a ``prompt``-token prompt, with 64 decoders at 2048."""
+    return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=Q3_CHUNK, prefill_context=prompt - Q3_CHUNK,
                                decode_context_lens=[2048] * 64)
 
 
-def q3_lockout_s() -> float:
-    return _prefill_s(LLAMA31_8B, 131072, 16384)
+def q3_lockout_s(prompt: int = Q3_PROMPT) -> float:
+    return _prefill_s(LLAMA31_8B, prompt, Q3_CHUNK)
+
+
+def _as_printed(value: float, digits: int) -> tuple:
+    """A number the walkthrough prints, as a wrong answer: exact, and rounded to the digits it shows."""
+    return value, round(value, digits)
 
 
 Q4_DECODES, Q4_PREFIX, Q4_TPOT_S, Q4_TTFT_S = [2048] * 128, 8000, 0.030, 1.0
@@ -288,24 +304,57 @@ def _drill_5_hints() -> tuple:
 
 
 _BATCH_HINT = "Find the batch where the step time reaches the target: the largest B with step_time(B) <= 12 ms."
+_CONTEXT_HINT = (f"That is the batch at 2048 tokens of context, the walkthrough's: at {Q1_CONTEXT} every sequence "
+                 "reads more KV each step, while the weights' share of the step stays the same.")
 _FCFS_HINT = ("FCFS: the short requests wait behind every chunk of the long prompt, then take one more step for "
               "their own prompts.")
+_Q2_PREFIX_HINT = ("Each chunk of the long prompt attends to the prompt before it: price chunk k on its prefix of "
+                   f"k x {Q2_BUDGET} cached tokens (prefill_context), not as the start of a prompt.")
+_Q2_COPIED_HINT = ("That is the wait behind the walkthrough's 32,768-token prompt: this one has more chunks, and the "
+                   "later ones attend to a longer prefix.")
+_Q3_COPIED_HINT = ("That is the walkthrough's 131,072-token prompt: this one has fewer chunks, on shorter "
+                   "prefixes.")
+_H100_HINT = "That is the batch on the H100, the walkthrough's: the H200 has the same compute and more bandwidth."
+
+
+def first_compute_bound_chunk(model: ModelSpec = LLAMA3_8B, gpu=H100_SXM) -> int:
+    """The fewest tokens of a chunk prefilled alone (no prefix, no decodes) whose step is compute-bound."""
+    return costmodel._largest_fitting(
+        lambda n: costmodel.step_cost(model, gpu, prefill_tokens=n).bound == "memory") + 1
+
+
+_RIDGE_HINT = ("That is the H100's ridge point, a number of FLOPs per byte, not of tokens: the step reads weights "
+               "that do little per token (the embedding table, the LM head), so its FLOPs per byte stay below its "
+               "token count.")
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "largest decode batch of LLaMA-2-7B on one H100 (2048 tokens of context each, 0.5 ms overhead) "
-          "that meets a 12 ms TPOT target", lambda: costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048),
+    Drill("drill_1", f"largest decode batch of LLaMA-2-7B on one H100 ({Q1_CONTEXT} tokens of context each, 0.5 ms "
+          "overhead) that meets a 12 ms TPOT target",
+          lambda: costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, Q1_CONTEXT),
           hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 0), _pitfall("step_no_kv_read")),
+                 (costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _CONTEXT_HINT),
                  (16, _BATCH_HINT), (32, _BATCH_HINT))),
-    Drill("drill_2", "TTFT (s) each of the ten 256-token requests gets behind one 32,768-token prompt, FCFS, "
-          "2048-token budget, Llama-3.1-8B on one H100", q2_short_ttft_s, rel_tol=0.05,
+    Drill("drill_2", f"TTFT (s) each of the ten 256-token requests gets behind one {Q2_PROMPT:,}-token prompt, FCFS, "
+          f"{Q2_BUDGET}-token budget, Llama-3.1-8B on one H100", q2_short_ttft_s, rel_tol=0.05,
           hints=((costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2048), _FCFS_HINT),
-                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2560), _FCFS_HINT))),
-    Drill("drill_3", "longest inter-token gap (s) the 64 decoders see while a 131,072-token prompt is prefilled in "
-          "16,384-token steps", q3_worst_gap_s, rel_tol=0.03),
+                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2560), _FCFS_HINT),
+                 ((Q2_PROMPT // Q2_BUDGET + 1) * costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=Q2_BUDGET),
+                  _Q2_PREFIX_HINT),
+                 *((v, _Q2_COPIED_HINT) for v in _as_printed(q2_short_ttft_s(32768), 3)))),
+    Drill("drill_3", f"longest inter-token gap (s) the 64 decoders see while a {Q3_PROMPT:,}-token prompt is "
+          f"prefilled in {Q3_CHUNK:,}-token steps", q3_worst_gap_s, rel_tol=0.03,
+          hints=tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_worst_gap_s(131072), 3))),
     Drill("drill_4", "time (s) new arrivals are locked out while that prompt is prefilled", q3_lockout_s,
-          rel_tol=0.05),
+          rel_tol=0.05, hints=tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_lockout_s(131072), 2))),
     Drill("drill_5", "admission limit (prompt tokens queued ahead plus the request's own) for a 30 ms TPOT and a 1 s "
           "TTFT target with 128 decoders", lambda: q4_plan()["limit"], rel_tol=0.02, hints=_drill_5_hints()),
+    Drill("drill_6", "fewest tokens of a Llama-3-8B chunk prefilled alone on one H100 (no prefix, no decodes) for "
+          "which the step is compute-bound", first_compute_bound_chunk,
+          hints=((round(H100_SXM.ridge_flops_per_byte), _RIDGE_HINT), (H100_SXM.ridge_flops_per_byte, _RIDGE_HINT))),
+    Drill("drill_7", "largest decode batch of LLaMA-2-7B on one H200 (2048 tokens of context each, 0.5 ms overhead) "
+          "that meets a 12 ms TPOT target", lambda: costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048),
+          hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _H100_HINT), (16, _BATCH_HINT),
+                 (32, _BATCH_HINT))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 

@@ -10,21 +10,23 @@ below); the pitfall atlas is made from them. The random ones are drawn from the 
 While this chapter grades, the sandbox's library has none of the ``references`` below: the float64 references
 and the library's own store, decode, split-KV and prefill kernels and entry points, the tile loop
 ``attend_tiles`` they share (stage 1 of split-KV is computed by the driver in float64, ``ch06.stage_one``, so
-nothing needs the library's), ``ref_merge`` and ``decode_traffic``. What stays reachable, and why:
+nothing needs the library's), ``ref_merge``, ``decode_traffic`` and ``costmodel.shared_prefix_decode_traffic``
+(with an empty prefix it is ``decode_traffic``; the drills' answers 5 and 6 come from it). What stays reachable, and
+why:
 ``paged_decode_kernel`` (``servelab.kernels`` tells the interpreter from a compiled build by it when imported; it
 cannot run without ``attend_tiles``), ``make_paged_batch``, ``split_bounds``, ``gather_kv`` and the
 ``launch_*`` launchers (the drivers build and launch with them), ``split_kv_partials`` (the given stage 1; with
 ``attend_tiles`` gone it only runs outside grading), ``roofline_time_s`` (setup_9 times the learner's traffic
 with it), the walks and the plot (setup_3 and the demos). Cells that show a blocked reference are demos:
-setup_2 (``decode_traffic``), setup_4 (``paged_decode``) and setup_7 (``split_kv_partials``); the benchmark cell
-needs CUDA and is skipped without it.
+setup_2 (``decode_traffic``), setup_4 (``paged_decode``), setup_7 (``split_kv_partials``) and setup_12
+(``shared_prefix_decode_traffic``); the benchmark cell needs CUDA and is skipped without it.
 """
 
 from __future__ import annotations
 
 import random
 
-from servelab.costmodel import H200
+from servelab.costmodel import H200, shared_prefix_decode_traffic
 from servelab.kernels import exercises as ex
 from servelab_autograder import ch06
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -75,12 +77,18 @@ DECODE = [
 ]
 DRILL_LENS = [10_000] * 24             # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
 DRILL_SHAPE = (64, 8, 128, 2)
+DRILL_PREFIX, DRILL_OWN = 8_000, [2_000] * 24   # drills 5 and 6: the first 8,000 of the 10,000 tokens shared
 
 
 def _step():
     nbytes, flops = ex.decode_traffic(DRILL_LENS, *DRILL_SHAPE)
     memory_s, compute_s = ex.roofline_time_s(nbytes, flops, H200)
     return nbytes, flops, memory_s, compute_s
+
+
+def _shared(prefix_once: bool = True, prefix: int = DRILL_PREFIX):
+    """(bytes, flops) of the drills' step with its shared prefix read once (a cascade kernel) or per sequence."""
+    return shared_prefix_decode_traffic(prefix, DRILL_OWN, *DRILL_SHAPE, prefix_once=prefix_once)
 
 
 # What the solution cells need on this side. Their kernels are decorated as this process's library was: a grader
@@ -101,7 +109,7 @@ os.environ["TRITON_INTERPRET"] = "1" if servelab.kernels.INTERPRETED else "0"
 CHAPTER = Chapter(
     assignment=ch06.ASSIGNMENT,
     prelude=PRELUDE,
-    demos=("setup_2", "setup_4", "setup_7"),
+    demos=("setup_2", "setup_4", "setup_7", "setup_12"),
     references=(
         "servelab.kernels.exercises:decode_traffic", "servelab.kernels.exercises:ref_merge",
         "servelab.kernels.reference:ref_store_kvcache", "servelab.kernels.reference:ref_paged_decode",
@@ -110,7 +118,8 @@ CHAPTER = Chapter(
         "servelab.kernels.decode:paged_decode", "servelab.kernels.tiles:attend_tiles",
         "servelab.kernels.split_kv:split_kv_decode", "servelab.kernels.split_kv:decode_attention",
         "servelab.kernels.split_kv:split_kv_decode_kernel", "servelab.kernels.split_kv:merge_splits_kernel",
-        "servelab.kernels.prefill:prefill_attention", "servelab.kernels.prefill:prefill_attention_kernel"),
+        "servelab.kernels.prefill:prefill_attention", "servelab.kernels.prefill:prefill_attention_kernel",
+        "servelab.costmodel:shared_prefix_decode_traffic"),
     exercises=(
         Exercise(S["store_kv_kernel"], "test_store_kv_kernel",
                  fixed=lambda: [([5, -1, 0], 4, 3, 1, 16, "float32", 0),            # the notebook's example
@@ -150,5 +159,16 @@ CHAPTER = Chapter(
               lambda: _step()[2] / _step()[3], rel_tol=0.01,
               hints=((_step()[3] / _step()[2], "That is compute time over memory time; the drill asks memory time "
                                                 "over compute time."),)),
+        Drill("drill_5", "number of bytes that step moves when the 24 sequences share their first 8,000 tokens and a "
+              "cascade kernel reads the shared prefix once per step (each sequence's own 2,000 tokens, queries and "
+              "outputs as before)", lambda: _shared()[0], rel_tol=0.005,
+              hints=((_shared(prefix_once=False)[0], "That reads the prefix once per sequence, as drill 1 does: the "
+                                                     "cascade kernel reads it once for all 24."),
+                     (_shared(prefix=0)[0], "That leaves the prefix out: the cascade kernel reads it once, not "
+                                            "never."))),
+        Drill("drill_6", "arithmetic intensity of that step with the prefix read once, in FLOPs per byte",
+              lambda: _shared()[1] / _shared()[0], rel_tol=0.01,
+              hints=((_shared()[0] / _shared()[1], "That is bytes per FLOP: arithmetic intensity is FLOPs divided by "
+                                                   "bytes."),)),
     ), read=ch06.as_float),
 )

@@ -333,7 +333,9 @@ def decode_traffic(seq_lens: Sequence[int], num_q_heads: int, num_kv_heads: int,
     Bytes: every cached key and value once (2 x tokens x num_kv_heads x head_dim elements), the queries read
     and the outputs written (2 x num_seqs x num_q_heads x head_dim); the block table and lengths (4 bytes per
     block) are left out. FLOPs: a multiply-add (2 FLOPs) per element of q.k and of p.v, for every query head
-    and key: 4 x num_q_heads x head_dim x tokens.
+    and key: 4 x num_q_heads x head_dim x tokens. A prefix that several sequences share is counted once per
+    sequence, as this chapter's kernel reads it; ``servelab.costmodel.shared_prefix_decode_traffic`` counts a
+    kernel that reads it once for the batch.
     """
     tokens = sum(int(n) for n in seq_lens)
     kv = 2 * tokens * num_kv_heads * head_dim * bytes_per_element
