@@ -77,6 +77,8 @@ def test_solution_regions_hold_secrets(assignment):
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_leak_scanner_catches_a_planted_leak(assignment, fresh, tmp_path):
+    from servelab_autograder.execute import graded
+
     built = release.release_notebook(ROOT, assignment, fresh)
     secret = sorted(release.secret_lines(release.source_notebook(ROOT, assignment)), key=len)[-1]
     folder = tmp_path / assignment
@@ -84,11 +86,18 @@ def test_leak_scanner_catches_a_planted_leak(assignment, fresh, tmp_path):
     nb = json.loads((folder / built.name).read_text(encoding="utf-8"))
     code = next(c for c in nb["cells"] if c["cell_type"] == "code")
     code["source"] = "".join(code["source"]) + "\n    " + secret + "\n### BEGIN HIDDEN TESTS\n"
+    answers = [(name, value) for name, value, _ in release.drill_answers(assignment)
+               if not (value.is_integer() and abs(value) < 10)]
+    if answers:  # a drill's answer printed by a cell the release keeps the outputs of
+        shown = next(c for c in nb["cells"] if c["cell_type"] == "code" and not graded(c))
+        shown["outputs"] = [{"output_type": "stream", "name": "stdout", "text": f"total: {answers[0][1]:.6g} steps\n"}]
     (folder / built.name).write_text(json.dumps(nb), encoding="utf-8")
     (folder / "notes.txt").write_text(f"{secret}\n", encoding="utf-8")
     leaks = release.find_leaks(ROOT, [assignment], release_dir=tmp_path)
     assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
     assert sum(repr(secret) in leak for leak in leaks) == 2, leaks
+    if answers:
+        assert any(f"the answer to {answers[0][0]}" in leak for leak in leaks), leaks
 
 
 def test_release_keeps_outputs_of_ungraded_cells_only():

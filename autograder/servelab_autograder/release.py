@@ -673,10 +673,58 @@ def _released_lines(path: Path) -> list[tuple[str, str]]:
     return [(str(path), ln.strip()) for ln in text.splitlines()]
 
 
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d_,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def drill_answers(assignment: str) -> list[tuple[str, float, float]]:
+    """(drill, answer, how close an answer must be to be graded right) for the chapter's graded drills."""
+    from servelab_autograder import verdicts
+
+    chapter = verdicts.table(assignment)
+    if chapter is None or chapter.drills is None:
+        return []
+    out = []
+    for d in chapter.drills.drills:
+        value = float(d.expected())
+        out.append((d.name, value, max(d.abs_tol, d.rel_tol * abs(value), 1e-9 * abs(value))))
+    return out
+
+
+def _output_numbers(path: Path) -> list[tuple[str, float, float]]:
+    """(where, number, half a unit of its last printed digit) for every number of two or more significant
+    digits printed in the stored outputs of a notebook."""
+    if path.suffix != ".ipynb":
+        return []
+    try:
+        nb = _load_json(path)
+    except ValueError:
+        return []
+    found = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        for out in cell.get("outputs", []):
+            texts = [out.get("text", "")] + [v for k, v in out.get("data", {}).items()
+                                             if k.startswith("text/") and isinstance(v, list | str)]
+            for text in texts:
+                for token in _NUMBER.findall("".join(text) if isinstance(text, list) else text):
+                    mantissa = re.split(r"[eE]", token.replace(",", "").replace("_", ""))[0]
+                    if len(mantissa.replace("-", "").replace(".", "").lstrip("0")) < 2:
+                        continue  # one significant digit ("8", "0.3") tells no answer
+                    exponent = int(re.split(r"[eE]", token)[1]) if re.search(r"[eE]", token) else 0
+                    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+                    try:
+                        found.append((f"{path} cell {i} output", float(token.replace(",", "").replace("_", "")),
+                                      0.5 * 10.0 ** (exponent - decimals)))
+                    except ValueError:
+                        pass
+    return found
+
+
 def find_leaks(root: Path | None = None, assignments: list[str] | None = None,
                release_dir: Path | None = None) -> list[str]:
-    """Everything in a release that must not be there: nbgrader markers anywhere in course/<a>/, and
-    any line of <a>'s solution regions or hidden tests. Returns one description per leak."""
+    """Everything in a release that must not be there: nbgrader markers anywhere in course/<a>/, any line
+    of <a>'s solution regions or hidden tests, and a graded drill's answer printed in an output: a number that
+    is the answer rounded to the digits shown and would be graded right (a whole answer of one digit, or a
+    printed number of one significant digit, is too common to tell). Returns one description per leak."""
     root = root or repo_root()
     release_dir = release_dir or root / RELEASE_DIR
     leaks = []
@@ -685,7 +733,13 @@ def find_leaks(root: Path | None = None, assignments: list[str] | None = None,
         if not folder.is_dir():
             continue
         secrets = secret_lines(source_notebook(root, a))
+        answers = [(name, v, tol) for name, v, tol in drill_answers(a) if not (v.is_integer() and abs(v) < 10)]
         for path in _visible(folder):
+            for where, number, half_unit in _output_numbers(path):
+                for name, value, tol in answers:
+                    # the answer itself, rounded to the digits printed, and close enough to be graded right
+                    if abs(number - value) <= min(tol, half_unit) * (1 + 1e-9):
+                        leaks.append(f"{where}: {number:g}, the answer to {name}")
             for where, line in _released_lines(path):
                 upper = line.upper()
                 marker = next((m for m in MARKERS if m in upper), None)
