@@ -874,7 +874,10 @@ class Grader:
             page = self.feedback / r.student / r.assignment / f"{r.assignment}.html"
             nb = self.autograded / r.student / r.assignment / f"{r.assignment}.ipynb"
             if page.is_file() and nb.is_file():
-                polish_feedback(page, nbformat.read(nb, as_version=4))
+                try:
+                    polish_feedback(page, nb)
+                except Exception as err:  # noqa: BLE001 - nbgrader's page stays as it is; one page never stops the batch
+                    self.say(f"feedback page {page} left as nbgrader made it: {type(err).__name__}: {_short(str(err))}")
 
     def write_failure_feedback(self, outcome: Outcome) -> None:
         """A small feedback page for submissions nbgrader could not grade."""
@@ -902,14 +905,15 @@ div.output_area pre, div.output_subarea pre { white-space: pre-wrap; overflow-wr
 """
 
 
-def polish_feedback(page: Path, graded) -> None:
+def polish_feedback(page: Path, graded_nb: Path) -> None:
     """Make nbgrader's feedback page read: failure messages wrap instead of being cut, and each test cell in
-    the list at the top is named by its exercise, with the first line of what cost it points. Idempotent."""
+    the list at the top is named by its exercise, with the first line of what cost it points (read from the
+    autograded notebook ``graded_nb``). A page already polished is left as it is."""
     text = page.read_text(encoding="utf-8")
     if 'id="servelab-feedback"' in text:
         return
     lost = {}
-    for cell in graded.cells:
+    for cell in nbformat.read(graded_nb, as_version=4).cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         failed = any(o.get("output_type") == "error" or o.get("name") == "stderr" for o in cell.get("outputs", []))
         if meta.get("grade") and not meta.get("solution") and meta.get("grade_id") and failed:
