@@ -1,0 +1,201 @@
+"""The engine: nano-vllm's Scheduler and BlockManager (servelab.scheduler) serving servelab.model.
+
+    llm = LLM(Model.random(ModelConfig.tiny(), seed=0), block_size=4, num_kvcache_blocks=64,
+              max_num_batched_tokens=32, max_num_seqs=8)
+    outs = llm.generate([[1, 2, 3], [1, 2, 9, 9]], SamplingParams(temperature=0, max_tokens=8))
+    outs[0]["token_ids"]                     # the same as generating [1, 2, 3] alone
+
+Between `schedule()` and `postprocess()`, `ModelRunner.run` turns the scheduled batch into tensors
+(`prepare_prefill` / `prepare_decode`: input ids, positions, `cu_seqlens_q` / `cu_seqlens_k`, the slot of
+each new token, context lengths, block tables), runs the model with attention over the paged KV cache
+`[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]` (each layer first writes the new keys and
+values through the slot mapping, then each sequence attends to its whole context through its block table),
+and samples one token per sequence that will append one. Sampling is greedy at temperature 0; otherwise each
+request draws from its own generator, seeded by its `SamplingParams.seed`, so what it samples does not depend
+on the batch it was in.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from servelab import scheduler as sched
+from servelab.model import Model, causal_attention, load_checkpoint
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0     # 0: greedy
+    max_tokens: int = 64
+    ignore_eos: bool = False
+    seed: int = 0                # the request's own generator, when temperature > 0
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+
+
+@dataclass
+class Batch:
+    """What one step computes, as tensors (flat over the scheduled tokens of every sequence)."""
+    input_ids: torch.Tensor       # [n]
+    positions: torch.Tensor       # [n]
+    slot_mapping: torch.Tensor    # [n]: cache slot (block * block_size + offset) each new token's K/V goes to
+    cu_seqlens_q: torch.Tensor    # [b + 1]: sequence i's new tokens are rows cu_seqlens_q[i]:cu_seqlens_q[i+1]
+    cu_seqlens_k: torch.Tensor    # [b + 1]: the same over whole contexts (cached + new)
+    context_lens: torch.Tensor    # [b]: tokens each sequence attends to, the new ones included
+    block_tables: torch.Tensor    # [b, max blocks], padded with -1
+    is_prefill: bool = True
+    last_rows: torch.Tensor = field(default=None)  # [b]: the row whose logits sample each sequence's token
+
+
+def _block_tables(seqs: list[sched.Sequence]) -> torch.Tensor:
+    width = max(len(s.block_table) for s in seqs)
+    return torch.tensor([s.block_table + [-1] * (width - len(s.block_table)) for s in seqs], dtype=torch.long)
+
+
+def prepare_prefill(seqs: list[sched.Sequence], block_size: int) -> Batch:
+    """Each sequence computes tokens num_cached_tokens .. num_cached_tokens + num_scheduled_tokens - 1 (a cached
+    prefix is skipped, a chunk continues where the last one stopped), at those positions, into those slots."""
+    ids, pos, slots, cu_q, cu_k, ctx = [], [], [], [0], [0], []
+    for s in seqs:
+        start, end = s.num_cached_tokens, s.num_cached_tokens + s.num_scheduled_tokens
+        ids += s.token_ids[start:end]
+        pos += range(start, end)
+        slots += [s.block_table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+        cu_q.append(cu_q[-1] + end - start)
+        cu_k.append(cu_k[-1] + end)
+        ctx.append(end)
+    return _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, True)
+
+
+def prepare_decode(seqs: list[sched.Sequence], block_size: int) -> Batch:
+    """One token per sequence: its last, at position len - 1, written to the slot that position maps to; the
+    context is the whole sequence, that token included."""
+    ids = [s.last_token for s in seqs]
+    pos = [len(s) - 1 for s in seqs]
+    slots = [s.block_table[p // block_size] * block_size + p % block_size for s, p in zip(seqs, pos, strict=True)]
+    ctx = [len(s) for s in seqs]
+    cu_q = list(range(len(seqs) + 1))
+    cu_k = [0]
+    for c in ctx:
+        cu_k.append(cu_k[-1] + c)
+    return _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, False)
+
+
+def _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, is_prefill) -> Batch:
+    t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+    return Batch(t(ids), t(pos), t(slots), t(cu_q), t(cu_k), t(ctx), _block_tables(seqs), is_prefill,
+                 last_rows=t(cu_q[1:]) - 1)
+
+
+class ModelRunner:
+    """Owns the model and the paged KV cache; `run(seqs, is_prefill)` returns one token per sequence."""
+
+    def __init__(self, model: Model, block_size: int, num_blocks: int):
+        c = model.config
+        self.model, self.block_size, self.num_blocks = model, block_size, num_blocks
+        dtype = next(model.parameters()).dtype
+        self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype)
+        self.generators: dict[int, torch.Generator] = {}
+
+    def attend(self, batch: Batch):
+        """The model's attention over the paged cache: store the new K/V, then read each context back."""
+        def attend(layer: int, q, k, v):
+            cache = self.kv_cache[layer].view(2, self.num_blocks * self.block_size, *k.shape[1:])
+            cache[0, batch.slot_mapping] = k
+            cache[1, batch.slot_mapping] = v
+            out = torch.empty_like(q)
+            for i in range(len(batch.context_lens)):
+                n_ctx = int(batch.context_lens[i])
+                p = torch.arange(n_ctx)
+                slots = batch.block_tables[i, p // self.block_size] * self.block_size + p % self.block_size
+                rows = slice(int(batch.cu_seqlens_q[i]), int(batch.cu_seqlens_q[i + 1]))
+                n_new = rows.stop - rows.start
+                out[rows] = causal_attention(q[rows], cache[0, slots], cache[1, slots], past=n_ctx - n_new)
+            return out
+        return attend
+
+    @torch.no_grad()
+    def run(self, seqs: list[sched.Sequence], is_prefill: bool, params: dict[int, SamplingParams]) -> list[int]:
+        batch = (prepare_prefill if is_prefill else prepare_decode)(seqs, self.block_size)
+        hidden = self.model(batch.input_ids, batch.positions, self.attend(batch))
+        logits = self.model.logits(hidden[batch.last_rows])
+        tokens = []
+        for s, row in zip(seqs, logits, strict=True):
+            appends = not is_prefill or s.num_cached_tokens + s.num_scheduled_tokens == len(s)
+            tokens.append(self.sample(s.seq_id, row, params[s.seq_id]) if appends else -1)
+        return tokens
+
+    def sample(self, seq_id: int, logits: torch.Tensor, p: SamplingParams) -> int:
+        if p.temperature == 0:
+            return int(logits.argmax())
+        gen = self.generators.setdefault(seq_id, torch.Generator().manual_seed(p.seed))
+        return int(torch.multinomial((logits / p.temperature).softmax(-1), 1, generator=gen))
+
+
+class LLM:
+    """nano-vllm's shape: `generate(prompts, sampling_params)`, or `add_request` / `step` for a driver."""
+
+    def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
+                 max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
+                 cache: str = "blocks"):
+        if cache != "blocks":
+            raise ValueError(f"cache={cache!r}: this engine serves through the block-hash cache (\"blocks\") only")
+        self.model = model if isinstance(model, Model) else load_checkpoint(model)
+        eos = self.model.config.eos_token_id
+        self.scheduler = sched.Scheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
+                                         eos=eos[0] if eos else -1, enable_prefix_caching=enable_prefix_caching)
+        self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks)
+        self.params: dict[int, SamplingParams] = {}
+        self.steps: list[tuple[str, int]] = []   # ("prefill" | "decode", tokens computed) per step
+
+    def add_request(self, prompt: list[int], sampling_params: SamplingParams | None = None) -> sched.Sequence:
+        p = sampling_params or SamplingParams()
+        vocab = self.model.config.vocab_size
+        if not prompt or any(not 0 <= int(t) < vocab for t in prompt):
+            raise ValueError(f"a prompt is a non-empty list of token ids in [0, {vocab})")
+        seq = sched.Sequence([int(t) for t in prompt], sched.SamplingParams(max_tokens=p.max_tokens,
+                                                                             ignore_eos=p.ignore_eos))
+        self.scheduler.add(seq)   # refuses a request that could never fit in the KV cache
+        self.params[seq.seq_id] = p
+        return seq
+
+    def step(self) -> list[sched.Sequence]:
+        """One schedule / run / postprocess; returns the sequences that finished."""
+        seqs, is_prefill = self.scheduler.schedule()
+        tokens = self.runner.run(seqs, is_prefill, self.params)
+        self.steps.append(("prefill" if is_prefill else "decode", sum(s.num_scheduled_tokens for s in seqs)))
+        done = self.scheduler.postprocess(seqs, tokens, is_prefill)
+        for s in done:
+            self.runner.generators.pop(s.seq_id, None)
+        return done
+
+    def is_finished(self) -> bool:
+        return self.scheduler.is_finished()
+
+    def generate(self, prompts: list[list[int]], sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[dict]:
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        seqs = [self.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(seqs), desc="generating", unit="req")
+        start, tokens = time.perf_counter(), 0
+        while not self.is_finished():
+            done = self.step()
+            tokens += self.steps[-1][1]
+            if bar is not None:
+                bar.update(len(done))
+                bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - start, 1e-9):.0f}")
+        if bar is not None:
+            bar.close()
+        return [{"token_ids": s.completion_token_ids, "text": None} for s in seqs]
