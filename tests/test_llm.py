@@ -132,3 +132,15 @@ def test_bad_input_is_refused(tiny):
         engine.add_request([1, 64])
     with pytest.raises(ValueError, match="block-hash cache"):
         L.LLM(tiny, cache="radix")
+
+
+def test_the_triton_kernels_give_the_torch_reference_tokens(tiny):
+    """Attention through chapter 06's kernels (the interpreter here) serves the same tokens as the torch path,
+    under chunked prefill over a cached prefix and decode across block boundaries."""
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 30, 31], [40, 41]]
+    sp = L.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    runs = {a: L.LLM(tiny, block_size=4, num_kvcache_blocks=16, max_num_batched_tokens=8, max_num_seqs=3,
+                     attention=a).generate(prompts, sp) for a in ("torch", "triton")}
+    assert [o["token_ids"] for o in runs["triton"]] == [o["token_ids"] for o in runs["torch"]]
+    with pytest.raises(ValueError, match="the ch06 kernels"):
+        L.LLM(tiny, attention="cuda")

@@ -10,7 +10,9 @@ Between `schedule()` and `postprocess()`, `ModelRunner.run` turns the scheduled 
 each new token, context lengths, block tables), runs the model with attention over the paged KV cache
 `[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]` (each layer first writes the new keys and
 values through the slot mapping, then each sequence attends to its whole context through its block table),
-and samples one token per sequence that will append one. Sampling is greedy at temperature 0; otherwise each
+and samples one token per sequence that will append one. Attention runs in torch (`attention="torch"`, the
+reference) or through chapter 06's Triton kernels (`attention="triton"`: Triton's interpreter on the CPU,
+compiled on a GPU). Sampling is greedy at temperature 0; otherwise each
 request draws from its own generator, seeded by its `SamplingParams.seed`, so what it samples does not depend
 on the batch it was in.
 """
@@ -98,15 +100,20 @@ def _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, is_prefill) -> Batch:
 class ModelRunner:
     """Owns the model and the paged KV cache; `run(seqs, is_prefill)` returns one token per sequence."""
 
-    def __init__(self, model: Model, block_size: int, num_blocks: int):
+    def __init__(self, model: Model, block_size: int, num_blocks: int, attention: str = "torch"):
+        if attention not in ("torch", "triton"):
+            raise ValueError(f"attention={attention!r}: \"torch\" (the reference) or \"triton\" (the ch06 kernels)")
         c = model.config
-        self.model, self.block_size, self.num_blocks = model, block_size, num_blocks
+        self.model, self.block_size, self.num_blocks, self.attention = model, block_size, num_blocks, attention
         dtype = next(model.parameters()).dtype
         self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype)
         self.generators: dict[int, torch.Generator] = {}
 
     def attend(self, batch: Batch):
         """The model's attention over the paged cache: store the new K/V, then read each context back."""
+        if self.attention == "triton":
+            return self._attend_triton(batch)
+
         def attend(layer: int, q, k, v):
             cache = self.kv_cache[layer].view(2, self.num_blocks * self.block_size, *k.shape[1:])
             cache[0, batch.slot_mapping] = k
@@ -120,6 +127,21 @@ class ModelRunner:
                 n_new = rows.stop - rows.start
                 out[rows] = causal_attention(q[rows], cache[0, slots], cache[1, slots], past=n_ctx - n_new)
             return out
+        return attend
+
+    def _attend_triton(self, batch: Batch):
+        """The same through the ch06 kernels: store_kvcache, then prefill_attention or paged_decode."""
+        from servelab import kernels
+
+        tables, lens = batch.block_tables.to(torch.int32), batch.context_lens.to(torch.int32)
+        cu = batch.cu_seqlens_q.to(torch.int32)
+
+        def attend(layer: int, q, k, v):
+            k_cache, v_cache = self.kv_cache[layer, 0], self.kv_cache[layer, 1]
+            kernels.store_kvcache(k.contiguous(), v.contiguous(), k_cache, v_cache, batch.slot_mapping)
+            if batch.is_prefill:
+                return kernels.prefill_attention(q.contiguous(), k_cache, v_cache, tables, lens, cu)
+            return kernels.paged_decode(q.contiguous(), k_cache, v_cache, tables, lens)
         return attend
 
     @torch.no_grad()
@@ -145,14 +167,14 @@ class LLM:
 
     def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
-                 cache: str = "blocks"):
+                 cache: str = "blocks", attention: str = "torch"):
         if cache != "blocks":
             raise ValueError(f"cache={cache!r}: this engine serves through the block-hash cache (\"blocks\") only")
         self.model = model if isinstance(model, Model) else load_checkpoint(model)
         eos = self.model.config.eos_token_id
         self.scheduler = sched.Scheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
                                          eos=eos[0] if eos else -1, enable_prefix_caching=enable_prefix_caching)
-        self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks)
+        self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int]] = []   # ("prefill" | "decode", tokens computed) per step
 
