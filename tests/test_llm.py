@@ -130,8 +130,8 @@ def test_bad_input_is_refused(tiny):
         engine.add_request(list(range(20)), L.SamplingParams(temperature=0, max_tokens=2))
     with pytest.raises(ValueError, match=r"token ids in \[0, 64\)"):
         engine.add_request([1, 64])
-    with pytest.raises(ValueError, match="block-hash cache"):
-        L.LLM(tiny, cache="radix")
+    with pytest.raises(ValueError, match="SGLang's"):
+        L.LLM(tiny, cache="trie")
 
 
 def test_the_triton_kernels_give_the_torch_reference_tokens(tiny):
@@ -144,3 +144,32 @@ def test_the_triton_kernels_give_the_torch_reference_tokens(tiny):
     assert [o["token_ids"] for o in runs["triton"]] == [o["token_ids"] for o in runs["torch"]]
     with pytest.raises(ValueError, match="the ch06 kernels"):
         L.LLM(tiny, attention="cuda")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batched_equals_alone_through_the_radix_cache(tiny, seed):
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=14, max_num_batched_tokens=24, max_num_seqs=4,
+                   cache="radix")
+    retracted = 0
+    real = engine.scheduler.preempt
+
+    def count(req):
+        nonlocal retracted
+        retracted += 1
+        real(req)
+
+    engine.scheduler.preempt = count
+    reqs, seqs, step = _workload(seed), {}, 0
+    while len(seqs) < len(reqs) or not engine.is_finished():
+        for i, (arrival, prompt, n) in enumerate(reqs):
+            if arrival == step and i not in seqs:
+                seqs[i] = engine.add_request(prompt, L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+        if not engine.is_finished():
+            engine.step()
+            engine.scheduler.check_invariants()
+        step += 1
+    hits = sum(hit for r in seqs.values() for _, hit in r.admissions)
+    assert retracted and hits, (retracted, hits)   # the workload retracted requests and hit the tree
+    for i, (_, prompt, n) in enumerate(reqs):
+        want, tie = _alone(tiny, prompt, n)
+        assert seqs[i].completion_token_ids[:tie] == want[:tie], i

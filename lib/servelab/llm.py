@@ -1,4 +1,5 @@
-"""The engine: nano-vllm's Scheduler and BlockManager (servelab.scheduler) serving servelab.model.
+"""The engine: nano-vllm's Scheduler and BlockManager (servelab.scheduler), or the scheduler over SGLang's
+radix cache (servelab.radix_scheduler, `cache="radix"`), serving servelab.model.
 
     llm = LLM(Model.random(ModelConfig.tiny(), seed=0), block_size=4, num_kvcache_blocks=64,
               max_num_batched_tokens=32, max_num_seqs=8)
@@ -27,6 +28,7 @@ import torch
 
 from servelab import scheduler as sched
 from servelab.model import Model, causal_attention, load_checkpoint
+from servelab.radix_scheduler import RadixScheduler, Req
 
 
 @dataclass(frozen=True)
@@ -168,13 +170,21 @@ class LLM:
     def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
                  cache: str = "blocks", attention: str = "torch"):
-        if cache != "blocks":
-            raise ValueError(f"cache={cache!r}: this engine serves through the block-hash cache (\"blocks\") only")
+        if cache not in ("blocks", "radix"):
+            raise ValueError(f"cache={cache!r}: \"blocks\" (nano-vllm's block-hash cache) or \"radix\" (SGLang's)")
         self.model = model if isinstance(model, Model) else load_checkpoint(model)
         eos = self.model.config.eos_token_id
-        self.scheduler = sched.Scheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
-                                         eos=eos[0] if eos else -1, enable_prefix_caching=enable_prefix_caching)
-        self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
+        eos = eos[0] if eos else -1
+        self.cache = cache
+        if cache == "blocks":
+            self.scheduler = sched.Scheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
+                                             eos=eos, enable_prefix_caching=enable_prefix_caching)
+            self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
+        else:   # the same memory as token slots; a request's kv_indices is its block table of one-token pages
+            slots = num_kvcache_blocks * block_size
+            self.scheduler = RadixScheduler(slots, max_num_batched_tokens, max_num_seqs, eos=eos,
+                                            disable_radix_cache=not enable_prefix_caching)
+            self.runner = ModelRunner(self.model, 1, slots, attention)
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int]] = []   # ("prefill" | "decode", tokens computed) per step
 
@@ -183,8 +193,11 @@ class LLM:
         vocab = self.model.config.vocab_size
         if not prompt or any(not 0 <= int(t) < vocab for t in prompt):
             raise ValueError(f"a prompt is a non-empty list of token ids in [0, {vocab})")
-        seq = sched.Sequence([int(t) for t in prompt], sched.SamplingParams(max_tokens=p.max_tokens,
-                                                                             ignore_eos=p.ignore_eos))
+        if self.cache == "radix":
+            seq = Req([int(t) for t in prompt], p.max_tokens, ignore_eos=p.ignore_eos)
+        else:
+            seq = sched.Sequence([int(t) for t in prompt], sched.SamplingParams(max_tokens=p.max_tokens,
+                                                                                 ignore_eos=p.ignore_eos))
         self.scheduler.add(seq)   # refuses a request that could never fit in the KV cache
         self.params[seq.seq_id] = p
         return seq

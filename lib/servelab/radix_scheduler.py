@@ -209,6 +209,19 @@ class Req:
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED
 
+    # what an engine's model runner reads (servelab.llm): kv_indices is a block table of one-token pages
+    @property
+    def block_table(self) -> list[int]:
+        return self.kv_indices
+
+    @property
+    def last_token(self) -> int:
+        return self.token_ids[-1]
+
+    @property
+    def seq_id(self) -> int:
+        return self.rid
+
     def __repr__(self):
         return (f"Req({self.name!r}, len={len(self)}, prefix={len(self.prefix_indices)}, "
                 f"kv={len(self.kv_indices)}, status={self.status.name})")
