@@ -85,6 +85,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_engine.py --write
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/submitted autograder/autograded autograder/feedback

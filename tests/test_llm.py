@@ -173,3 +173,15 @@ def test_batched_equals_alone_through_the_radix_cache(tiny, seed):
     for i, (_, prompt, n) in enumerate(reqs):
         want, tie = _alone(tiny, prompt, n)
         assert seqs[i].completion_token_ids[:tie] == want[:tie], i
+
+
+def test_the_engine_bench_runs_and_its_three_ways_agree(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_engine.py"
+    spec = importlib.util.spec_from_file_location("bench_engine", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--tokens", "2"]) == 0
+    assert "outputs agree: True" in capsys.readouterr().out
