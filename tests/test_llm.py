@@ -92,7 +92,7 @@ def test_batched_equals_alone(tiny, seed):
 def test_generate_returns_each_prompts_tokens(tiny):
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16, max_num_seqs=3)
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [1, 2, 3, 4]]
-    outs = engine.generate(prompts, L.SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    outs = engine.generate(prompts, L.SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), use_tqdm=True)
     assert [o["token_ids"] for o in outs] == [_alone(tiny, p, 5)[0] for p in prompts]
 
 
@@ -185,3 +185,19 @@ def test_the_engine_bench_runs_and_its_three_ways_agree(capsys):
     spec.loader.exec_module(bench)
     assert bench.main(["--tokens", "2"]) == 0
     assert "outputs agree: True" in capsys.readouterr().out
+
+
+def test_text_prompts_go_through_the_tokenizer(tiny, tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.Whitespace(), decoders.WordPiece()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16,
+                   tokenizer=tmp_path / "tokenizer.json")
+    sp = L.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    out = engine.generate(["w3 w1 w4 w1 w5"], sp)[0]
+    assert out["token_ids"] == _alone(tiny, [3, 1, 4, 1, 5], 4)[0]
+    assert out["text"] == " ".join(f"w{t}" for t in out["token_ids"])
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        L.LLM(tiny, block_size=4, num_kvcache_blocks=32).add_request("w1 w2")

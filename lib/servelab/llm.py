@@ -6,6 +6,9 @@ radix cache (servelab.radix_scheduler, `cache="radix"`), serving servelab.model.
     outs = llm.generate([[1, 2, 3], [1, 2, 9, 9]], SamplingParams(temperature=0, max_tokens=8))
     outs[0]["token_ids"]                     # the same as generating [1, 2, 3] alone
 
+Text prompts go through a `tokenizers` tokenizer (`LLM(..., tokenizer="tokenizer.json")`, or the one in a
+checkpoint folder), and each output then carries its decoded `text`.
+
 Between `schedule()` and `postprocess()`, `ModelRunner.run` turns the scheduled batch into tensors
 (`prepare_prefill` / `prepare_decode`: input ids, positions, `cu_seqlens_q` / `cu_seqlens_k`, the slot of
 each new token, context lengths, block tables), runs the model with attention over the paged KV cache
@@ -169,10 +172,17 @@ class LLM:
 
     def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
-                 cache: str = "blocks", attention: str = "torch"):
+                 cache: str = "blocks", attention: str = "torch", tokenizer: str | Path | None = None):
         if cache not in ("blocks", "radix"):
             raise ValueError(f"cache={cache!r}: \"blocks\" (nano-vllm's block-hash cache) or \"radix\" (SGLang's)")
         self.model = model if isinstance(model, Model) else load_checkpoint(model)
+        if tokenizer is None and not isinstance(model, Model) and (Path(model) / "tokenizer.json").is_file():
+            tokenizer = Path(model) / "tokenizer.json"     # a checkpoint folder's own tokenizer
+        self.tokenizer = None
+        if tokenizer is not None:
+            from tokenizers import Tokenizer
+
+            self.tokenizer = Tokenizer.from_file(str(tokenizer))
         eos = self.model.config.eos_token_id
         eos = eos[0] if eos else -1
         self.cache = cache
@@ -188,9 +198,14 @@ class LLM:
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int]] = []   # ("prefill" | "decode", tokens computed) per step
 
-    def add_request(self, prompt: list[int], sampling_params: SamplingParams | None = None) -> sched.Sequence:
+    def add_request(self, prompt: list[int] | str, sampling_params: SamplingParams | None = None) -> sched.Sequence:
         p = sampling_params or SamplingParams()
         vocab = self.model.config.vocab_size
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer: LLM(..., tokenizer='tokenizer.json'), or give "
+                                 "token ids")
+            prompt = self.tokenizer.encode(prompt).ids
         if not prompt or any(not 0 <= int(t) < vocab for t in prompt):
             raise ValueError(f"a prompt is a non-empty list of token ids in [0, {vocab})")
         if self.cache == "radix":
@@ -215,7 +230,8 @@ class LLM:
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
 
-    def generate(self, prompts: list[list[int]], sampling_params: SamplingParams | list[SamplingParams] | None = None,
+    def generate(self, prompts: list[list[int] | str],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[dict]:
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         seqs = [self.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
@@ -233,4 +249,5 @@ class LLM:
                 bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - start, 1e-9):.0f}")
         if bar is not None:
             bar.close()
-        return [{"token_ids": s.completion_token_ids, "text": None} for s in seqs]
+        decode = self.tokenizer.decode if self.tokenizer is not None else (lambda ids: None)
+        return [{"token_ids": s.completion_token_ids, "text": decode(s.completion_token_ids)} for s in seqs]
