@@ -201,3 +201,18 @@ def test_text_prompts_go_through_the_tokenizer(tiny, tmp_path):
     assert out["text"] == " ".join(f"w{t}" for t in out["token_ids"])
     with pytest.raises(ValueError, match="needs a tokenizer"):
         L.LLM(tiny, block_size=4, num_kvcache_blocks=32).add_request("w1 w2")
+
+
+def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
+    """scripts/gpu_engine.py measures on a GPU only; --smoke checks it on the CPU and labels what it prints."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_engine.py"
+    spec = importlib.util.spec_from_file_location("gpu_engine", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--smoke", "--steps", "1"]) == 0
+    assert "not a GPU figure" in capsys.readouterr().out
+    config = script.llama3_8b()
+    assert (config.num_layers, config.hidden_size, config.num_kv_heads, config.vocab_size) == (32, 4096, 8, 128256)

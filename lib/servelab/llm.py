@@ -110,8 +110,10 @@ class ModelRunner:
             raise ValueError(f"attention={attention!r}: \"torch\" (the reference) or \"triton\" (the ch06 kernels)")
         c = model.config
         self.model, self.block_size, self.num_blocks, self.attention = model, block_size, num_blocks, attention
-        dtype = next(model.parameters()).dtype
-        self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype)
+        weight = next(model.parameters())
+        self.device = weight.device
+        self.kv_cache = torch.zeros(c.num_layers, 2, num_blocks, block_size, c.num_kv_heads, c.head_dim,
+                                    dtype=weight.dtype, device=self.device)
         self.generators: dict[int, torch.Generator] = {}
 
     def attend(self, batch: Batch):
@@ -126,7 +128,7 @@ class ModelRunner:
             out = torch.empty_like(q)
             for i in range(len(batch.context_lens)):
                 n_ctx = int(batch.context_lens[i])
-                p = torch.arange(n_ctx)
+                p = torch.arange(n_ctx, device=q.device)
                 slots = batch.block_tables[i, p // self.block_size] * self.block_size + p % self.block_size
                 rows = slice(int(batch.cu_seqlens_q[i]), int(batch.cu_seqlens_q[i + 1]))
                 n_new = rows.stop - rows.start
@@ -152,6 +154,9 @@ class ModelRunner:
     @torch.no_grad()
     def run(self, seqs: list[sched.Sequence], is_prefill: bool, params: dict[int, SamplingParams]) -> list[int]:
         batch = (prepare_prefill if is_prefill else prepare_decode)(seqs, self.block_size)
+        if self.device.type != "cpu":
+            batch = Batch(*(getattr(batch, f).to(self.device) if isinstance(getattr(batch, f), torch.Tensor)
+                            else getattr(batch, f) for f in Batch.__dataclass_fields__))
         hidden = self.model(batch.input_ids, batch.positions, self.attend(batch))
         logits = self.model.logits(hidden[batch.last_rows])
         tokens = []

@@ -226,18 +226,22 @@ class Model(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
 
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0, scale: float = 0.2, dtype=torch.float32) -> Model:
+    def random(cls, config: ModelConfig, seed: int = 0, scale: float = 0.2, dtype=torch.float32,
+               device: str | torch.device = "cpu") -> Model:
         """Seeded random weights: matrices ~ N(0, scale^2 / fan_in * 64), norms around 1. The default scale
-        gives logits with clear winners, so greedy decoding is not decided by rounding."""
-        model = cls(config)
-        gen = torch.Generator().manual_seed(seed)
+        gives logits with clear winners, so greedy decoding is not decided by rounding. The weights are drawn
+        on `device` (a real model's shape is drawn where it will run; the values differ from the CPU's)."""
+        with torch.device(device):
+            model = cls(config).to(dtype)
+        gen = torch.Generator(device=device).manual_seed(seed)
         with torch.no_grad():
             for name, p in sorted(model.named_parameters()):
+                noise = torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32)
                 if name.endswith("norm.weight"):
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                    p.copy_(1.0 + 0.1 * noise)
                 else:
-                    p.copy_(torch.randn(p.shape, generator=gen) * scale * (64 / p.shape[-1]) ** 0.5)
-        return model.to(dtype).eval()
+                    p.copy_(noise * scale * (64 / p.shape[-1]) ** 0.5)
+        return model.eval()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attend: Attend) -> torch.Tensor:
         cos, sin = rope_cos_sin(positions, self.inv_freq)
@@ -260,7 +264,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
-    allowed = torch.arange(k.shape[0])[None, :] <= (past + torch.arange(q.shape[0]))[:, None]
+    keys, queries = torch.arange(k.shape[0], device=q.device), past + torch.arange(q.shape[0], device=q.device)
+    allowed = keys[None, :] <= queries[:, None]
     scores = scores.masked_fill(~allowed[None], float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.float()).to(q.dtype)
 
