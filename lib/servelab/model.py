@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -346,21 +347,18 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32) -> M
         raise ValueError(f"{folder}: tensors this {config.architecture} config does not use, e.g. {extra[0]!r} "
                          f"({len(extra)} in all): does config.json match the weights?")
     state = {}
-    handles: dict[Path, object] = {}
-    try:
+    with ExitStack() as files:
+        handles = {}   # one open file per shard
         for name, param in wanted.items():
             if name not in stored:
                 raise ValueError(f"{folder}: the checkpoint has no tensor {name!r}")
             path, key = stored[name]
             if path not in handles:
-                handles[path] = safe_open(str(path), framework="pt").__enter__()
+                handles[path] = files.enter_context(safe_open(str(path), framework="pt"))
             tensor = handles[path].get_tensor(key)
             if tuple(tensor.shape) != tuple(param.shape):
                 raise ValueError(f"{name}: shape {tuple(tensor.shape)} in the checkpoint, {tuple(param.shape)} "
                                  f"expected from config.json")
             state[name] = tensor
-    finally:
-        for h in handles.values():
-            h.__exit__(None, None, None)
     model.load_state_dict(state, strict=False)
     return model.to(dtype).eval()
