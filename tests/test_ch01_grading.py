@@ -34,12 +34,6 @@ solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 
 
-
-
-
-
-
-
 def test_the_table_grades_every_test_cell_and_names_real_cells():
     tests = set(NB.test_cells())
     assert set(CHAPTER.cells) == tests

@@ -55,12 +55,6 @@ PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 
 
-
-
-
-
-
-
 def _graded_names(graded) -> list[str]:
     if isinstance(graded, verdicts.Drills):
         return [d.name for d in graded.drills]

@@ -37,12 +37,6 @@ solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 
 
-
-
-
-
-
-
 # ------------------------------------------------------------------------------------------------
 # the notebook and the table
 

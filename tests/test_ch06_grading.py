@@ -56,12 +56,6 @@ SEEDS = (0, 20261201)
 KERNELS = ("store_kv_kernel", "decode_kernel", "merge_kernel")
 
 
-
-
-
-
-
-
 @functools.cache
 def notebook_namespace() -> dict:
     """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
