@@ -124,6 +124,27 @@ def test_prepare_decode_writes_the_last_token_at_its_own_slot():
     assert b.positions.tolist() == [8] and b.slot_mapping.tolist() == [4] and b.context_lens.tolist() == [9]
 
 
+def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
+    """A chapter plugs the learner's prepare_prefill / prepare_decode / paged_attention into the runner."""
+    calls = []
+
+    def spy(name, fn):
+        def wrapped(*args):
+            calls.append(name)
+            return fn(*args)
+        return wrapped
+
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16)
+    for name in ("prepare_prefill", "prepare_decode", "paged_attention"):
+        setattr(engine.runner, name, spy(name, getattr(L, name)))
+    out = engine.generate([[1, 2, 3, 4, 5]], L.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    assert out[0]["token_ids"] == _alone(tiny, [1, 2, 3, 4, 5], 3)[0]
+    step = lambda prepare: [prepare] + ["paged_attention"] * tiny.config.num_layers  # noqa: E731
+    assert calls == step("prepare_prefill") + step("prepare_decode") * 2
+    assert [kind for kind, _, _ in engine.steps] == ["prefill", "decode", "decode"]
+    assert [(tokens, seqs) for _, tokens, seqs in engine.steps] == [(5, 1), (1, 1), (1, 1)]
+
+
 def test_bad_input_is_refused(tiny):
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=4, max_num_batched_tokens=16)
     with pytest.raises(ValueError, match="could never finish"):

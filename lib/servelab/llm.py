@@ -102,8 +102,35 @@ def _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, is_prefill) -> Batch:
                  last_rows=t(cu_q[1:]) - 1)
 
 
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                    batch: Batch) -> torch.Tensor:
+    """One layer's attention over the paged cache (the torch reference of the Triton path).
+
+    kv_cache [2, num_blocks, block_size, num_kv_heads, head_dim] is this layer's keys (0) and values (1). First
+    each new token's k and v go to its slot: block slot // block_size, row slot % block_size. Then sequence i's
+    queries (rows cu_seqlens_q[i]:cu_seqlens_q[i+1]) attend causally to its whole context of context_lens[i]
+    keys read back through its block table, the cached prefix and this step's new tokens alike."""
+    block_size = kv_cache.shape[2]
+    flat = kv_cache.view(2, -1, *k.shape[1:])   # [2, num_blocks * block_size, kv_heads, head_dim]
+    flat[0, batch.slot_mapping] = k
+    flat[1, batch.slot_mapping] = v
+    out = torch.empty_like(q)
+    for i, n_ctx in enumerate(batch.context_lens.tolist()):
+        p = torch.arange(n_ctx, device=q.device)
+        slots = batch.block_tables[i, p // block_size] * block_size + p % block_size
+        rows = slice(int(batch.cu_seqlens_q[i]), int(batch.cu_seqlens_q[i + 1]))
+        out[rows] = causal_attention(q[rows], flat[0, slots], flat[1, slots], past=n_ctx - (rows.stop - rows.start))
+    return out
+
+
 class ModelRunner:
-    """Owns the model and the paged KV cache; `run(seqs, is_prefill)` returns one token per sequence."""
+    """Owns the model and the paged KV cache; `run(seqs, is_prefill)` returns one token per sequence.
+
+    Its three pieces are attributes, so a notebook can swap in its own: `runner.prepare_prefill = mine`."""
+
+    prepare_prefill = staticmethod(prepare_prefill)
+    prepare_decode = staticmethod(prepare_decode)
+    paged_attention = staticmethod(paged_attention)
 
     def __init__(self, model: Model, block_size: int, num_blocks: int, attention: str = "torch"):
         if attention not in ("torch", "triton"):
@@ -120,21 +147,7 @@ class ModelRunner:
         """The model's attention over the paged cache: store the new K/V, then read each context back."""
         if self.attention == "triton":
             return self._attend_triton(batch)
-
-        def attend(layer: int, q, k, v):
-            cache = self.kv_cache[layer].view(2, self.num_blocks * self.block_size, *k.shape[1:])
-            cache[0, batch.slot_mapping] = k
-            cache[1, batch.slot_mapping] = v
-            out = torch.empty_like(q)
-            for i in range(len(batch.context_lens)):
-                n_ctx = int(batch.context_lens[i])
-                p = torch.arange(n_ctx, device=q.device)
-                slots = batch.block_tables[i, p // self.block_size] * self.block_size + p % self.block_size
-                rows = slice(int(batch.cu_seqlens_q[i]), int(batch.cu_seqlens_q[i + 1]))
-                n_new = rows.stop - rows.start
-                out[rows] = causal_attention(q[rows], cache[0, slots], cache[1, slots], past=n_ctx - n_new)
-            return out
-        return attend
+        return lambda layer, q, k, v: self.paged_attention(q, k, v, self.kv_cache[layer], batch)
 
     def _attend_triton(self, batch: Batch):
         """The same through the ch06 kernels: store_kvcache, then prefill_attention or paged_decode."""
@@ -153,7 +166,7 @@ class ModelRunner:
 
     @torch.no_grad()
     def run(self, seqs: list[sched.Sequence], is_prefill: bool, params: dict[int, SamplingParams]) -> list[int]:
-        batch = (prepare_prefill if is_prefill else prepare_decode)(seqs, self.block_size)
+        batch = (self.prepare_prefill if is_prefill else self.prepare_decode)(seqs, self.block_size)
         if self.device.type != "cpu":
             batch = Batch(*(getattr(batch, f).to(self.device) if isinstance(getattr(batch, f), torch.Tensor)
                             else getattr(batch, f) for f in Batch.__dataclass_fields__))
@@ -201,7 +214,7 @@ class LLM:
                                             disable_radix_cache=not enable_prefix_caching)
             self.runner = ModelRunner(self.model, 1, slots, attention)
         self.params: dict[int, SamplingParams] = {}
-        self.steps: list[tuple[str, int]] = []   # ("prefill" | "decode", tokens computed) per step
+        self.steps: list[tuple[str, int, int]] = []   # ("prefill" | "decode", tokens computed, sequences) per step
 
     def add_request(self, prompt: list[int] | str, sampling_params: SamplingParams | None = None) -> sched.Sequence:
         p = sampling_params or SamplingParams()
@@ -226,7 +239,8 @@ class LLM:
         """One schedule / run / postprocess; returns the sequences that finished."""
         seqs, is_prefill = self.scheduler.schedule()
         tokens = self.runner.run(seqs, is_prefill, self.params)
-        self.steps.append(("prefill" if is_prefill else "decode", sum(s.num_scheduled_tokens for s in seqs)))
+        self.steps.append(("prefill" if is_prefill else "decode", sum(s.num_scheduled_tokens for s in seqs),
+                           len(seqs)))
         done = self.scheduler.postprocess(seqs, tokens, is_prefill)
         for s in done:
             self.runner.generators.pop(s.seq_id, None)
