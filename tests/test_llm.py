@@ -145,6 +145,24 @@ def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
     assert [(tokens, seqs) for _, tokens, seqs in engine.steps] == [(5, 1), (1, 1), (1, 1)]
 
 
+def test_serve_adds_requests_at_their_steps_and_counts_preemptions(tiny):
+    from servelab.workloads import engine_requests
+
+    reqs = engine_requests(seed=0, vocab=64)
+    assert reqs == engine_requests(seed=0, vocab=64) and reqs != engine_requests(seed=1, vocab=64)
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
+    params = [L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, _, n in reqs]
+    outs = L.serve(engine, [(a, p, sp) for (a, p, _), sp in zip(reqs, params, strict=True)])
+    assert engine.preemptions > 0
+    for (_, prompt, n), got in zip(reqs, outs, strict=True):
+        want, tie = _alone(tiny, prompt, n)
+        assert got[:tie] == want[:tie]
+    with pytest.raises(ValueError, match="arrival step"):
+        L.serve(engine, [(-1, [1], params[0])])
+    with pytest.raises(ValueError, match="n >= 1"):
+        engine_requests(n=0)
+
+
 def test_bad_input_is_refused(tiny):
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=4, max_num_batched_tokens=16)
     with pytest.raises(ValueError, match="could never finish"):

@@ -62,7 +62,8 @@ class Batch:
     last_rows: torch.Tensor = field(default=None)  # [b]: the row whose logits sample each sequence's token
 
 
-def _block_tables(seqs: list[sched.Sequence]) -> torch.Tensor:
+def block_tables(seqs: list[sched.Sequence]) -> torch.Tensor:
+    """[b, max blocks] long: each sequence's block table, padded with -1."""
     width = max(len(s.block_table) for s in seqs)
     return torch.tensor([s.block_table + [-1] * (width - len(s.block_table)) for s in seqs], dtype=torch.long)
 
@@ -98,7 +99,7 @@ def prepare_decode(seqs: list[sched.Sequence], block_size: int) -> Batch:
 
 def _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, is_prefill) -> Batch:
     t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
-    return Batch(t(ids), t(pos), t(slots), t(cu_q), t(cu_k), t(ctx), _block_tables(seqs), is_prefill,
+    return Batch(t(ids), t(pos), t(slots), t(cu_q), t(cu_k), t(ctx), block_tables(seqs), is_prefill,
                  last_rows=t(cu_q[1:]) - 1)
 
 
@@ -215,6 +216,7 @@ class LLM:
             self.runner = ModelRunner(self.model, 1, slots, attention)
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int, int]] = []   # ("prefill" | "decode", tokens computed, sequences) per step
+        self.preemptions = 0                          # running sequences sent back to wait (to recompute)
 
     def add_request(self, prompt: list[int] | str, sampling_params: SamplingParams | None = None) -> sched.Sequence:
         p = sampling_params or SamplingParams()
@@ -237,7 +239,9 @@ class LLM:
 
     def step(self) -> list[sched.Sequence]:
         """One schedule / run / postprocess; returns the sequences that finished."""
+        running = {id(s) for s in self.scheduler.running}
         seqs, is_prefill = self.scheduler.schedule()
+        self.preemptions += sum(id(s) in running for s in self.scheduler.waiting)
         tokens = self.runner.run(seqs, is_prefill, self.params)
         self.steps.append(("prefill" if is_prefill else "decode", sum(s.num_scheduled_tokens for s in seqs),
                            len(seqs)))
@@ -270,3 +274,20 @@ class LLM:
             bar.close()
         decode = self.tokenizer.decode if self.tokenizer is not None else (lambda ids: None)
         return [{"token_ids": s.completion_token_ids, "text": decode(s.completion_token_ids)} for s in seqs]
+
+
+def serve(engine: LLM, requests: list[tuple[int, list[int], SamplingParams]]) -> list[list[int]]:
+    """Drive `engine` step by step, adding each request (arrival step, prompt, sampling params) when its step
+    comes; returns each request's generated token ids, in the order given."""
+    if any(a < 0 for a, _, _ in requests):
+        raise ValueError("an arrival step is >= 0")
+    seqs: dict[int, sched.Sequence] = {}
+    step = 0
+    while len(seqs) < len(requests) or not engine.is_finished():
+        for i, (arrival, prompt, params) in enumerate(requests):
+            if arrival == step:
+                seqs[i] = engine.add_request(prompt, params)
+        if not engine.is_finished():
+            engine.step()
+        step += 1
+    return [seqs[i].completion_token_ids for i in range(len(requests))]

@@ -27,7 +27,7 @@ import random
 
 from servelab.batching import constant_pmf, geometric_pmf, uniform_pmf
 
-__all__ = ["DISTRIBUTIONS", "length_pmf", "output_lengths", "poisson_arrivals"]
+__all__ = ["DISTRIBUTIONS", "engine_requests", "length_pmf", "output_lengths", "poisson_arrivals"]
 
 DISTRIBUTIONS: dict[str, dict] = {
     "constant": {"length": 100},
@@ -159,4 +159,21 @@ def poisson_arrivals(n: int, rate: float, seed: int) -> list[int]:
     for _ in range(n):
         t += rng.expovariate(rate)
         out.append(math.floor(t))
+    return out
+
+
+def engine_requests(n: int = 10, seed: int = 0, vocab: int = 128, system_len: int = 10,
+                    max_arrival: int = 6, max_tokens: int = 10) -> list[tuple[int, list[int], int]]:
+    """(arrival step, prompt token ids, tokens to generate) for ``n`` requests to a tiny engine: every other
+    prompt starts with one shared ``system_len``-token system prompt (prefix-cache hits), the others end with its
+    first three tokens (near misses); own parts of 1-14 tokens; arrivals at steps ``0..max_arrival``."""
+    if n < 1 or vocab < 2 or system_len < 3 or max_arrival < 0 or max_tokens < 1:
+        raise ValueError("n >= 1, vocab >= 2, system_len >= 3, max_arrival >= 0 and max_tokens >= 1")
+    rng = random.Random(seed)
+    system = [rng.randrange(vocab) for _ in range(system_len)]
+    out = []
+    for i in range(n):
+        own = [rng.randrange(vocab) for _ in range(rng.randint(1, 14))]
+        prompt = system + own if i % 2 == 0 else own + system[:3]
+        out.append((rng.randint(0, max_arrival), prompt, rng.randint(1, max_tokens)))
     return out
