@@ -30,7 +30,7 @@ from servelab import llm as L
 from servelab import model as sm
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
-MARK = "<!-- engine: scripts/bench_engine.py -->"
+MARK = L.BENCH_MARK
 
 
 def workload(n=16, seed=0, vocab=128):

@@ -23,6 +23,7 @@ on the batch it was in.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,3 +292,23 @@ def serve(engine: LLM, requests: list[tuple[int, list[int], SamplingParams]]) ->
             engine.step()
         step += 1
     return [seqs[i].completion_token_ids for i in range(len(requests))]
+
+
+BENCH_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.md"
+BENCH_MARK = "<!-- engine: scripts/bench_engine.py -->"   # where `make bench` writes the engine's section
+
+
+def recorded_speed(path: Path = BENCH_RESULTS) -> str:
+    """The engine's tokens/s as `make bench` last recorded them (markdown: the run's line, then way, tokens/s and
+    the ratio to the plain loop), or a line saying none is recorded."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if BENCH_MARK not in text:
+        return f"No engine figures are recorded in {path.name} yet: run `make bench`."
+    section = text.split(BENCH_MARK, 1)[1]
+    date = re.search(r"^- date: ([^;\n]*)", section, re.M)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| way")]
+    table = ["| way | generated tokens/s | vs plain loop |", "|---|---:|---:|"]
+    table += [f"| {r[0]} | {r[1]} | {r[-1]} |" for r in rows if len(r) >= 3]
+    return (f"Recorded by `make bench` ({date.group(1) if date else 'undated'}):\n\n" if date or rows else "") + \
+        "\n".join(table)

@@ -32,9 +32,10 @@ def plot_engine_steps(steps: Sequence[tuple[str, int, int]], ax=None, title: str
     ax.set_xlabel("engine step")
     ax.set_ylabel("tokens computed")
     ax.set_xlim(-0.6, len(steps) - 0.4)
+    ax.set_ylim(0, 1.3 * max(max(t for _, t, _ in steps), max(n for _, _, n in steps)))
     ax.legend(handles=[Patch(color=PREFILL, label="prefill step"), Patch(color=DECODE, label="decode step"),
-                       plt.Line2D([], [], color="black", label="sequences in the batch")], loc="upper right",
-              frameon=False)
+                       plt.Line2D([], [], color="black", label="sequences in the batch")], loc="upper center",
+              ncol=3, frameon=False)
     if title:
         ax.set_title(title)
     return fig
@@ -55,6 +56,10 @@ def plot_batched_vs_solo(batched: Sequence[Sequence[int]], solo: Sequence[Sequen
         (ax.figure, ax)
     ax.imshow(grid, cmap=ListedColormap(["#2ca02c", "#d62728", "#7f7f7f", "white"]), vmin=0, vmax=3,
               aspect="auto", interpolation="nearest")
+    ax.set_xticks(np.arange(-0.5, grid.shape[1]), minor=True)
+    ax.set_yticks(np.arange(-0.5, grid.shape[0]), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1)
+    ax.tick_params(which="minor", length=0)
     ax.set_xlabel("generated token")
     ax.set_ylabel("request")
     same = sum(list(b) == list(s) for b, s in zip(batched, solo, strict=True))
