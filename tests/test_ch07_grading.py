@@ -1,0 +1,262 @@
+"""Chapter 07 is graded from its table (servelab_autograder/checks/ch07.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
+
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch07_mini_engine/*.diff) still applies to the solution, loses
+  exactly the cells it lists, and names its pitfall on the first line of each;
+- the cases exercise what the pitfalls get wrong: cached prefixes, chunks, both sides of a block boundary, one-slot
+  pages, preemption in the recorded runs;
+- what the drivers hand back shows the mistakes no visible assert would: a sequence changed by a prepare step, a
+  field that is not a tensor of ints, a key read from a slot no token owns (NaN in the output);
+- the notebook's engine is the chapter's: the same model, engine settings and workload as the cases' runs.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+
+import matplotlib
+import pytest
+from grading_harness import Notebook, Proof
+
+matplotlib.use("Agg")
+
+import torch  # noqa: E402
+
+from servelab import llm  # noqa: E402
+from servelab_autograder import ch07, release, verdicts  # noqa: E402
+from servelab_autograder.checks import ch07 as table  # noqa: E402
+from servelab_autograder.spec import atlas_path  # noqa: E402
+
+ROOT = release.repo_root()
+A = "ch07_mini_engine"
+CHAPTER = table.CHAPTER
+NB = Notebook(A)
+P = Proof(A, NB)
+PITFALLS, PATCHES = P.pitfalls, P.patches
+solution, grade, failing = P.solution, P.grade, P.failing
+SEEDS = (0, 20261201)
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = set(NB.test_cells())
+    assert set(CHAPTER.cells) == tests
+    assert NB.solution_ids() == ["prepare_prefill", "prepare_decode", "paged_attention", "drills"]
+    assert {g: m["points"] for g, m in NB.test_cells().items()} == {
+        "test_prepare_prefill": 3, "test_prepare_decode": 2, "test_paged_attention": 3, "test_drills": 2}
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
+    import importlib
+
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        assert module == "servelab.llm" or module.startswith("servelab.kernels."), ref
+        assert callable(getattr(importlib.import_module(module), name)), ref
+
+
+def test_test_cells_hold_no_hidden_tests():
+    for gid in NB.test_cells():
+        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
+
+
+def test_notebook_follows_the_authoring_conventions():
+    NB.assert_servelab_kernel()
+    for c, meta, source in NB.conventional_code_cells():
+        if meta.get("solution"):
+            assert c.get("outputs") == [], meta["grade_id"]
+        if meta.get("grade"):
+            name = meta["grade_id"].removeprefix("test_")
+            line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
+            assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
+            assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_solution_passes_every_graded_cell(seed):
+    P.assert_solution_passes(seed)
+
+
+def test_the_solution_passes_every_visible_test_cell():
+    P.assert_visible_tests_pass()
+
+
+def test_the_released_stubs_fail_every_graded_cell():
+    P.assert_stubs_fail_every_cell()
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
+
+
+def test_every_pitfall_is_one_patch_named_in_the_chapter():
+    P.assert_every_pitfall_is_one_patch(without=())
+
+
+def test_the_atlas_is_what_the_patches_give():
+    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
+        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_prepare_prefill"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    assert verdicts.cases(ex, 1) == first
+
+
+def test_the_cases_reach_every_situation_a_pitfall_gets_wrong():
+    prefill = [s for states, _ in CHAPTER.cells["test_prepare_prefill"].fixed() for s in states]
+    assert any(s["num_cached_tokens"] and s["num_cached_tokens"] % 4 for s in prefill)       # a chunk mid-block
+    assert any(s["num_cached_tokens"] + s["num_scheduled_tokens"] < len(s["token_ids"]) for s in prefill)  # mid
+    decode = CHAPTER.cells["test_prepare_decode"].fixed()
+    sides = {len(s["token_ids"]) % bs for states, bs in decode if bs > 1 for s in states}
+    assert {0, 1} <= sides                                    # the new token fills a block, or opens one
+    assert {bs for _, bs in decode} >= {1, 4, 16}
+
+
+def test_the_recorded_runs_preempt_hit_the_prefix_cache_and_chunk():
+    engine = llm.LLM(ch07.model(), **ch07.ENGINE)
+    llm.serve(engine, ch07.requests(0))
+    assert engine.preemptions > 0
+    states = [s for states, _ in ch07.recorded_cases("prefill", 0) for s in states]
+    first_chunks = [s for s in states if s["num_cached_tokens"] and s["num_cached_tokens"] % 4 == 0]
+    assert first_chunks and any(s["num_cached_tokens"] + s["num_scheduled_tokens"] < len(s["token_ids"])
+                                for s in states)
+    radix = ch07.recorded_cases("prefill", 0, "radix")
+    assert radix and {bs for _, bs in radix} == {1}
+
+
+def _graded(source: str, cell: str) -> verdicts.Verdict:
+    ns = solution()
+    exec(textwrap.dedent(source), ns)
+    return grade(ns)[cell]
+
+
+def test_a_prepare_step_that_changes_its_sequences_or_returns_lists_is_told_so():
+    v = _graded("""
+        _right = prepare_decode
+        def prepare_decode(seqs, block_size):
+            batch = _right(seqs, block_size)
+            seqs[0].num_cached_tokens += 1   # postprocess's job
+            return batch
+    """, "test_prepare_decode")
+    assert not v.passed and "sequence 0 was changed" in v.message and "postprocess" in v.message
+    v = _graded("""
+        _right = prepare_prefill
+        def prepare_prefill(seqs, block_size):
+            b = _right(seqs, block_size)
+            b.positions = b.positions.tolist()
+            return b
+    """, "test_prepare_prefill")
+    assert not v.passed and "Batch.positions is" in v.message and "not a tensor" in v.message
+    v = _graded("def prepare_prefill(seqs, block_size):\n    return {'input_ids': []}\n", "test_prepare_prefill")
+    assert not v.passed and "not a Batch" in v.message
+
+
+def test_reads_from_the_wrong_slots_or_before_the_store_show_in_the_output():
+    """The cache is NaN in every slot no sequence owns: reading a block id as a slot reaches the output as NaN.
+    The slots this step writes hold stale values until then: attending before the store gives finite wrong rows."""
+    case = ch07.attention_case(*ch07.walk_case(), "prefill", 0)
+    block_id = solution("attention_block_id_as_slot")["paged_attention"]
+    assert torch.isnan(ch07.drive_attention(block_id, *case)["out"]).any()
+    text = ch07.diagnose(block_id, *case)
+    assert text.splitlines()[0].startswith("Pitfall: the block table's entry was used as a slot") and "NaN in" in text
+    early = solution("attention_before_store")["paged_attention"]
+    out = ch07.drive_attention(early, *case)["out"]
+    assert torch.isfinite(out).all()
+    text = ch07.diagnose(early, *case)
+    assert text.splitlines()[0].startswith("Pitfall: attention ran before the store")
+    assert "First wrong output: out[0, 0] (sequence 0, position 4, query head 0)" in text
+
+
+def test_visible_messages_name_the_pitfall_and_the_first_wrong_field():
+    wrong = solution("decode_slot_off_by_one")["prepare_decode"]
+    text = ch07.diagnose(wrong, *ch07.decode_walk_case())
+    assert text.splitlines()[0].startswith("Pitfall: the decode slot is off by one at a block boundary")
+    assert "First difference: slot_mapping[1] is -1, expected 3 (row 1: sequence 1, position 7)." in text
+    right = solution()["prepare_prefill"]
+    assert ch07.diagnose(right, *ch07.walk_case()).endswith("is correct on this input")
+
+
+def test_the_drills_name_a_known_wrong_answer():
+    ns = {**solution(), "drill_3": 6 * 16 + 48 % 16 - 1}
+    assert "row 15 of that block" in grade(ns)["test_drills"].message
+    ns = {**solution(), "drill_5": 1000 * 200}
+    assert "grows by one token a step" in grade(ns)["test_drills"].message
+
+
+def test_the_notebook_engine_is_the_one_the_cases_record():
+    ns = NB.namespace()
+    assert ns["ENGINE"] == ch07.ENGINE
+    assert ns["REQUESTS"] == ch07.requests(0)
+    mine, theirs = ns["MODEL"].state_dict(), ch07.model().state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_the_recorded_speed_reads_the_engine_section_of_the_bench_results(tmp_path):
+    path = tmp_path / "results.md"
+    assert "run `make bench`" in llm.recorded_speed(path)
+    path.write_text("# x\n\n" + llm.BENCH_MARK + "\n\n## engine\n\n- date: 2026-12-01 18:39 UTC; tiny\n\n"
+                    "| way | generated tokens/s (wall) | wall | CPU | vs plain loop |\n|---|---:|---:|---:|---:|\n"
+                    "| engine | 903 | 0.57 s | 1.12 s | 1.76x |\n| plain loop | 514 | 1.00 s | 1.97 s | 1.00x |\n")
+    text = llm.recorded_speed(path)
+    assert "(2026-12-01 18:39 UTC)" in text and "| engine | 903 | 1.76x |" in text and "0.57 s" not in text
+
+
+def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
+    """In the sandbox the engine's reference pieces and the library's stores and paged attentions raise; what the
+    notebook gives the learner still works."""
+    import subprocess
+    import sys
+
+    from servelab_autograder import sandbox
+
+    lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
+    script = textwrap.dedent("""
+        import json
+        import torch
+        from servelab import llm, scheduler
+        from servelab.kernels import reference
+        from servelab.model import causal_attention
+        s = scheduler.Sequence([1, 2, 3], block_size=4)
+        s.block_table, s.num_scheduled_tokens = [0], 3
+        out = {}
+        for name, call in {"prepare_prefill": lambda: llm.prepare_prefill([s], 4),
+                           "runner": lambda: llm.ModelRunner.prepare_prefill([s], 4),
+                           "gather_kv": lambda: reference.gather_kv(torch.zeros(1, 4, 1, 2), torch.tensor([0]), 3),
+                           "block_tables": lambda: llm.block_tables([s]).tolist(),
+                           "causal": lambda: causal_attention(torch.ones(1, 1, 2), torch.ones(1, 1, 2),
+                                                              torch.ones(1, 1, 2)).tolist()}.items():
+            try:
+                out[name] = call()
+            except RuntimeError as e:
+                out[name] = str(e)
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(lib.parent)!r})\n"
+                           + script], capture_output=True, text=True, check=True)
+    import json
+
+    got = json.loads(done.stdout)
+    for name in ("prepare_prefill", "runner", "gather_kv"):
+        assert "not available while grading" in got[name], (name, got[name])
+    assert got["block_tables"] == [[0]] and got["causal"] == [[[1.0, 1.0]]]
+
+
+def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
+    text = "\n".join("".join(c["source"]) for c in NB.read()["cells"]).lower()
+    assert "lesson" not in text and "question" not in text.replace("follow-up questions", "")
+    messages = [p.message for p in PATCHES] + [d.question for d in CHAPTER.drills.drills]
+    assert not [m for m in messages if "lesson" in m.lower()]
+
+
+def test_probe_answers_are_plain_data_only():
+    from servelab_autograder import plain, probe
+
+    req = verdicts.request(CHAPTER, "test_paged_attention", random.Random(5).randrange(10**6))
+    reply = probe.answer(req, solution())
+    first = reply["calls"][0]["results"][0]
+    assert set(first) == {"ok"} and isinstance(plain.decode(first["ok"])["out"], __import__("numpy").ndarray)
