@@ -84,7 +84,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert NB.solution_ids() == [*EXERCISES, "drills"]
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
-    modules = {"servelab.costmodel": costmodel, "servelab.simulator": simulator}
+    modules = {"servelab.costmodel": costmodel, "servelab.simulator.policies": simulator.policies}
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         obj = modules[module]

@@ -364,7 +364,8 @@ CHAPTER = Chapter(
             "DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B\n",
     demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11"),
     references=("servelab.costmodel:max_prefill_chunk", "servelab.costmodel:max_backlog_tokens",
-                "servelab.simulator:MixedBudget.schedule", "servelab.simulator:MixedBudget._shortest_first"),
+                "servelab.simulator.policies:MixedBudget.schedule",
+                "servelab.simulator.policies:MixedBudget._shortest_first"),
     exercises=(
         Exercise(S["kv_bytes_per_token"], "test_kv_bytes_per_token", fixed=_kv_fixed, random=_kv_random),
         Exercise(S["step_time"], "test_step_time", fixed=_step_fixed, random=_step_random),

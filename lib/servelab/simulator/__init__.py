@@ -1,0 +1,97 @@
+"""A step-driven serving simulator: requests arrive, a scheduler builds each step, the cost model prices it.
+
+The loop is an engine's, with the GPU replaced by `servelab.costmodel`:
+
+    admit the requests that have arrived by `now`
+    ids, tokens = policy.schedule(state)          # which sequences compute how many tokens this step
+    now += step time of that batch                # roofline + fixed overhead
+    sequences whose KV now covers all their tokens emit one token; finished ones free their KV
+
+Every sequence is handled the same way, as in vLLM's current scheduler: it has `seq_len` tokens (prompt
++ tokens generated so far) and `computed` of them have KV. A step computes some of the rest; when
+`computed == seq_len` the step's logits give a new token. A prefill is "many tokens to compute", a decode
+is "one token to compute", a recompute after preemption is a prefill of prompt + generated tokens.
+
+Memory, in tokens (one KV slot holds one token; block rounding is left out): a sequence reserves KV for
+its whole current length when it is admitted (as nano-vllm allocates blocks for the whole prompt), and
+one more slot before each decode. When a decode finds no free slot, the most recently admitted running
+sequence is preempted: its KV is dropped and it goes back to the front of the waiting queue, to be
+prefilled again later (recompute). Admission is FCFS from the head of the queue, never skipping ahead.
+
+Two policies share this machinery and differ only in what a step holds:
+
+* `PrefillFirst` (nano-vllm): if any prefill can be scheduled, the step is prefill only; only the first
+  prefill of a step may be cut to fit `max_num_batched_tokens`; otherwise the step decodes the running
+  sequences. A long prompt therefore stops every running decode for as long as its prefill takes, and
+  chunking does not help: a part-prefilled prompt keeps every step a prefill step until it is done.
+  With KV in tokens this is servelab.scheduler at block size 1 without prefix caching, step for step.
+* `MixedBudget` (vLLM's current scheduler, Sarathi-Serve): every running sequence decodes in every step,
+  then prefill chunks fill what is left of `max_num_batched_tokens`. A long prompt is spread over many
+  steps, and no step is longer than the budget's worth of work.
+
+`MixedBudget(prefill_order="shortest_first")` hands the leftover budget to the prompts with the fewest
+tokens left instead of the oldest: scheduling by the half of a request's work that is known on arrival.
+
+Admission control: `simulate(..., admission=rule)` asks `rule(state, i)` about each request as it arrives;
+a rejected request is never served (no tokens, NaN latencies) and counts against goodput.
+`BacklogAdmission` is the rule derived from the TTFT and TPOT targets (`costmodel.max_backlog_tokens`):
+admit only if the prompt tokens queued ahead plus the request's own can be prefilled in time.
+
+Per request the result holds the time of every token (as a step index: no per-token Python objects), so
+TTFT, TPOT, every inter-token gap, queueing delay and finish time all come out of arrays. `Traced` wraps a
+policy and keeps every step's (request id, tokens) pairs, for tables and for step-by-step comparisons.
+
+One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
+policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
+`loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
+`servelab.simulator` itself.
+
+Time is in seconds throughout (arrivals, step times). `servelab.workloads.poisson_arrivals` is chapter 1's
+step-clock generator and returns integer *steps*; `poisson_arrivals` here returns float *seconds*.
+
+>>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+>>> reqs = Requests(poisson_arrivals(200, rate=5.0, seed=1), fixed_lengths(200, 512), fixed_lengths(200, 64))
+>>> res = simulate(reqs, MixedBudget(max_num_batched_tokens=2048), LLAMA3_8B, H100_SXM)
+>>> bool((res.generated == 64).all()), bool(res.tpot.max() < 0.02)
+(True, True)
+"""
+
+from __future__ import annotations
+
+from servelab.simulator.admission import Admission, BacklogAdmission, prefill_backlog
+from servelab.simulator.arrivals import (
+    Requests,
+    burst_arrivals,
+    fixed_lengths,
+    lognormal_lengths,
+    merge_requests,
+    poisson_arrivals,
+    trace_arrivals,
+    uniform_lengths,
+)
+from servelab.simulator.loop import simulate
+from servelab.simulator.metrics import SimResult, percentiles
+from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
+from servelab.simulator.state import ServingState
+
+__all__ = [
+    "Admission",
+    "BacklogAdmission",
+    "MixedBudget",
+    "Policy",
+    "PrefillFirst",
+    "Requests",
+    "ServingState",
+    "SimResult",
+    "Traced",
+    "burst_arrivals",
+    "fixed_lengths",
+    "lognormal_lengths",
+    "merge_requests",
+    "percentiles",
+    "poisson_arrivals",
+    "prefill_backlog",
+    "simulate",
+    "trace_arrivals",
+    "uniform_lengths",
+]

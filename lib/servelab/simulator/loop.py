@@ -1,0 +1,126 @@
+"""The step loop: admit arrivals, let the policy build a step, price it with the cost model, emit tokens."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from servelab import costmodel
+from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
+from servelab.simulator.admission import Admission
+from servelab.simulator.arrivals import Requests, _is_int
+from servelab.simulator.metrics import SimResult
+from servelab.simulator.policies import Policy
+from servelab.simulator.state import ServingState
+
+
+def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
+             kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
+             overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None) -> SimResult:
+    """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
+
+    The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
+    `memory_fraction` of the GPU's memory. Each step lasts `costmodel`'s roofline time for its batch plus
+    `overhead_s`; when nothing is waiting or running, the clock jumps to the next arrival. Arrivals are
+    seen between steps: a request arriving while a step runs joins the queue when that step ends.
+    `admission`, if given, is asked about each request as it joins (see `Admission`); a rejected request
+    is never served.
+    """
+    if kv_capacity_tokens is None:
+        kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
+    if not _is_int(kv_capacity_tokens) or kv_capacity_tokens < 1:
+        raise ValueError(f"kv_capacity_tokens must be an integer >= 1, got {kv_capacity_tokens!r}")
+    if not isinstance(overhead_s, numbers.Real) or not overhead_s >= 0:
+        raise ValueError(f"overhead_s must be a number >= 0 (seconds per step), got {overhead_s!r}")
+    if admission is not None and not callable(admission):
+        raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
+    n = len(requests)
+    if n == 0:
+        raise ValueError("no requests to simulate")
+    worst = int(np.argmax(requests.max_kv_tokens))
+    if requests.max_kv_tokens[worst] > kv_capacity_tokens:
+        raise ValueError(f"request {worst} needs {requests.max_kv_tokens[worst]} tokens of KV (prompt "
+                         f"{requests.prompt_len[worst]} + output {requests.output_len[worst]} - 1) but the KV "
+                         f"cache holds {kv_capacity_tokens}: it could never finish")
+
+    prompt, output, arrival = requests.prompt_len, requests.output_len, requests.arrival_s
+    state = ServingState(prompt, output, int(kv_capacity_tokens))
+    token_offset = np.concatenate([[0], np.cumsum(output)[:-1]]).astype(np.int64)
+    # token k of request i goes to token_offset[i] + k, and k = seq_len - prompt_len before the emission
+    token_slot_base = token_offset - prompt
+    token_step = np.full(int(output.sum()), -1, dtype=np.int32)
+    final_len = prompt + output                         # seq_len once the last token is out
+    finished = np.zeros(n, dtype=bool)
+    rejected = np.zeros(n, dtype=bool)
+    starts, ends, step_tokens, step_seqs, step_decodes, step_kv = [], [], [], [], [], []
+    seq_len, computed, reserved = state.seq_len, state.computed, state.reserved
+
+    now, next_arrival, num_finished, step = 0.0, 0, 0, 0
+    while num_finished < n:
+        if next_arrival < n and arrival[next_arrival] <= now:
+            upto = int(np.searchsorted(arrival, now, side="right"))
+            if admission is None:
+                state.waiting.extend(range(next_arrival, upto))
+            else:
+                state.now = now
+                for i in range(next_arrival, upto):
+                    if admission(state, i):
+                        state.waiting.append(i)
+                    else:
+                        rejected[i] = finished[i] = True
+                        num_finished += 1
+            next_arrival = upto
+        if not state.waiting and not state.running.size:
+            if next_arrival == n:
+                if num_finished == n:
+                    break                               # the last arrivals were all rejected
+                raise RuntimeError("nothing to run and nothing left to arrive, yet some request is unfinished")
+            now = float(arrival[next_arrival])          # idle: jump to the next arrival
+            continue
+
+        state.now, state.preempted_this_step = now, False
+        ids, tokens = policy.schedule(state)
+        ids, tokens = np.asarray(ids, dtype=np.int64), np.asarray(tokens, dtype=np.int64)   # lists are fine too
+        if ids.size == 0:
+            raise RuntimeError(f"{policy.name} scheduled nothing at t={now:.6f}s with work pending")
+
+        # price the step from its four totals (see costmodel.cost_from_totals); a chunk of c tokens on a
+        # prefix of p has c*p + c*(c+1)/2 (query, key) pairs, and sum(c*(c+1)) = c.c + sum(c)
+        context = computed[ids]
+        num_tokens = int(tokens.sum())
+        pairs = int(np.dot(tokens, context)) + (int(np.dot(tokens, tokens)) + num_tokens) // 2
+        cost = costmodel.cost_from_totals(model, gpu, num_tokens, ids.size, pairs, int(context.sum()))
+        starts.append(now)
+        step_kv.append(state.kv_used)
+        now += cost.seconds(overhead_s)
+        ends.append(now)
+        step_tokens.append(num_tokens)
+        step_seqs.append(ids.size)
+        step_decodes.append(ids.size - int(np.count_nonzero(tokens - 1)))
+
+        # postprocess: advance the KV; a sequence whose KV now covers all its tokens samples one more
+        new_computed = context + tokens
+        computed[ids] = new_computed
+        emit = ids[new_computed == seq_len[ids]]
+        if emit.size:
+            token_step[token_slot_base[emit] + seq_len[emit]] = step
+            seq_len[emit] += 1
+            done = emit[seq_len[emit] == final_len[emit]]
+            if done.size:
+                state.kv_free += int(reserved[done].sum())
+                reserved[done] = 0
+                finished[done] = True
+                num_finished += done.size
+                state.running = state.running[~finished[state.running]]
+        step += 1
+    assert state.kv_free == state.kv_capacity and not state.waiting, "every slot comes back when all are done"
+
+    return SimResult(policy=policy.name, kv_capacity=int(kv_capacity_tokens), requests=requests,
+                     generated=state.produced, first_scheduled_s=state.first_scheduled_s,
+                     preemptions=state.preemptions,
+                     token_offset=token_offset, token_step=token_step,
+                     step_start_s=np.array(starts), step_end_s=np.array(ends),
+                     step_tokens=np.array(step_tokens, dtype=np.int64), step_seqs=np.array(step_seqs, dtype=np.int64),
+                     step_decodes=np.array(step_decodes, dtype=np.int64),
+                     step_kv_used=np.array(step_kv, dtype=np.int64), rejected=rejected)

@@ -1,0 +1,76 @@
+"""What a scheduling policy sees and changes: the queues, the per-request counters and the KV cache."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+class ServingState:
+    """The queues and the KV cache, as a policy sees them.
+
+    Per-request counters are numpy arrays indexed by request id: `seq_len` (prompt + tokens generated so
+    far), `computed` (leading tokens with KV), `reserved` (KV slots held). `waiting` is a deque of ids,
+    FCFS (under PrefillFirst its head may be part-prefilled); `running` is an int array of ids in
+    admission order. A running sequence holds `reserved == seq_len` while its prompt is being prefilled
+    and `reserved == seq_len - 1` between decodes: the token it sampled last has no KV yet.
+    """
+
+    def __init__(self, prompt_len: np.ndarray, output_len: np.ndarray, kv_capacity: int):
+        n = prompt_len.size
+        self.prompt_len, self.output_len = prompt_len, output_len
+        self.seq_len = prompt_len.copy()
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.reserved = np.zeros(n, dtype=np.int64)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.kv_capacity = kv_capacity
+        self.kv_free = kv_capacity
+        self.waiting: deque[int] = deque()
+        self.running = np.empty(0, dtype=np.int64)
+        self.now = 0.0
+        self.preempted_this_step = False
+
+    @property
+    def produced(self) -> np.ndarray:
+        return self.seq_len - self.prompt_len
+
+    @property
+    def kv_used(self) -> int:
+        return self.kv_capacity - self.kv_free
+
+    def can_admit(self, i: int) -> bool:
+        return self.kv_free >= self.seq_len[i]
+
+    def admit(self, i: int) -> None:
+        """Reserve KV for the whole current sequence (prompt + anything generated before a preemption)."""
+        need = int(self.seq_len[i])
+        assert self.reserved[i] == 0 and self.kv_free >= need, "admit() must follow can_admit()"
+        self.reserved[i] = need
+        self.kv_free -= need
+        if np.isnan(self.first_scheduled_s[i]):
+            self.first_scheduled_s[i] = self.now
+
+    def preempt_tail(self) -> int:
+        """Recompute-style preemption of the most recently admitted running sequence: drop its KV and put
+        it at the front of the waiting queue. Returns its id."""
+        i = int(self.running[-1])
+        self.running = self.running[:-1]
+        self.kv_free += int(self.reserved[i])
+        self.reserved[i] = 0
+        self.computed[i] = 0
+        self.preemptions[i] += 1
+        self.waiting.appendleft(i)
+        self.preempted_this_step = True
+        return i
+
+    def reserve_decode_slots(self, count: int) -> np.ndarray:
+        """One more KV slot for each of the first `count` running sequences, preempting from the tail of
+        `running` until they fit (the tail may be among them). Returns the ids that got a slot."""
+        while self.kv_free < min(count, self.running.size):
+            self.preempt_tail()
+        ids = self.running[:count]
+        self.reserved[ids] += 1
+        self.kv_free -= ids.size
+        return ids
