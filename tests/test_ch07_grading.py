@@ -13,6 +13,7 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
+import functools
 import random
 import textwrap
 
@@ -37,6 +38,12 @@ P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
+
+
+@functools.cache
+def notebook_namespace() -> dict:
+    """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
+    return NB.namespace()
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -78,7 +85,7 @@ def test_the_solution_passes_every_graded_cell(seed):
 
 
 def test_the_solution_passes_every_visible_test_cell():
-    P.assert_visible_tests_pass()
+    P.assert_visible_tests_pass(dict(notebook_namespace()))
 
 
 def test_the_released_stubs_fail_every_graded_cell():
@@ -132,7 +139,7 @@ def test_the_recorded_runs_preempt_hit_the_prefix_cache_and_chunk():
 def _graded(source: str, cell: str) -> verdicts.Verdict:
     ns = solution()
     exec(textwrap.dedent(source), ns)
-    return grade(ns)[cell]
+    return grade(ns, cells=[cell])[cell]
 
 
 def test_a_prepare_step_that_changes_its_sequences_or_returns_lists_is_told_so():
@@ -183,13 +190,13 @@ def test_visible_messages_name_the_pitfall_and_the_first_wrong_field():
 
 def test_the_drills_name_a_known_wrong_answer():
     ns = {**solution(), "drill_3": 6 * 16 + 48 % 16 - 1}
-    assert "row 15 of that block" in grade(ns)["test_drills"].message
+    assert "row 15 of that block" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_5": 1000 * 200}
-    assert "grows by one token a step" in grade(ns)["test_drills"].message
+    assert "grows by one token a step" in grade(ns, cells=["test_drills"])["test_drills"].message
 
 
 def test_the_notebook_engine_is_the_one_the_cases_record():
-    ns = NB.namespace()
+    ns = notebook_namespace()
     assert ns["ENGINE"] == ch07.ENGINE
     assert ns["REQUESTS"] == ch07.requests(0)
     mine, theirs = ns["MODEL"].state_dict(), ch07.model().state_dict()

@@ -74,7 +74,7 @@ def _engine_random(rng: random.Random, kind: str) -> list:
 
 
 def _random(kind: str):
-    return lambda rng: [*_engine_random(rng, kind), *(random_states(rng, kind) for _ in range(150))]
+    return lambda rng: [*_engine_random(rng, kind), *(random_states(rng, kind) for _ in range(100))]
 
 
 def _attention_fixed():
