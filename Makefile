@@ -86,6 +86,7 @@ lint: setup
 bench: setup
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_engine.py --write
+	$(BIN)/python scripts/bench_vllm_scheduler.py --write
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/submitted autograder/autograded autograder/feedback

@@ -41,6 +41,7 @@ OUT = REPO / "bench" / "out"
 RESULTS = REPO / "bench" / "results.md"
 KERNEL = "servelab"
 ENGINE_MARK = "<!-- engine: scripts/bench_engine.py -->"   # the section scripts/bench_engine.py writes
+VLLM_SCHEDULER_MARK = "<!-- vllm_scheduler: scripts/bench_vllm_scheduler.py -->"   # scripts/bench_vllm_scheduler.py's
 
 NOTEBOOK_TARGET_S = 20.0
 AUTOGRADE_TARGET_S = 15.0
@@ -340,8 +341,9 @@ def write_results(rows: list[Row], args: argparse.Namespace, started: dt.datetim
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else ""
-    engine = old[old.index(ENGINE_MARK):] if ENGINE_MARK in old else ""   # scripts/bench_engine.py's section
-    RESULTS.write_text("\n".join(lines) + ("\n" + engine if engine else ""))
+    starts = [old.index(mark) for mark in (ENGINE_MARK, VLLM_SCHEDULER_MARK) if mark in old]
+    sections = old[min(starts):] if starts else ""   # the other scripts' sections, from the first of them on
+    RESULTS.write_text("\n".join(lines) + ("\n" + sections if sections else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

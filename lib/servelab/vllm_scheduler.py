@@ -512,7 +512,6 @@ class Scheduler:
         self.waiting.add_request(request)
 
     def schedule(self) -> SchedulerOutput:
-        self.num_steps += 1
         kv = self.kv_cache_manager
         token_budget = self.max_num_batched_tokens
         # the threshold keeps one long prompt from starving the others; alone, there is nobody to starve
@@ -583,7 +582,16 @@ class Scheduler:
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
 
-        assert sum(num_scheduled_tokens.values()) <= self.max_num_batched_tokens
+        return self.output(new_ids, resumed_ids, running_ids, preempted_ids, num_scheduled_tokens, num_hit_tokens)
+
+    def output(self, new_ids: list[str], resumed_ids: list[str], running_ids: list[str], preempted_ids: list[str],
+               num_scheduled_tokens: dict[str, int], num_hit_tokens: dict[str, int]) -> SchedulerOutput:
+        """The step's SchedulerOutput from what schedule() decided (ids in scheduled order); counts the step and
+        advances every scheduled request's num_computed_tokens: schedule's last act."""
+        if sum(num_scheduled_tokens.values()) > self.max_num_batched_tokens:
+            raise RuntimeError(f"{sum(num_scheduled_tokens.values())} tokens scheduled, over the budget of "
+                               f"{self.max_num_batched_tokens}")
+        self.num_steps += 1
         output = SchedulerOutput(
             step=self.num_steps, scheduled_new_reqs=new_ids, scheduled_resumed_reqs=resumed_ids,
             scheduled_running_reqs=running_ids, num_scheduled_tokens=num_scheduled_tokens,

@@ -7,7 +7,7 @@ The loop is an engine's, with the GPU replaced by `servelab.costmodel`:
     now += step time of that batch                # roofline + fixed overhead
     sequences whose KV now covers all their tokens emit one token; finished ones free their KV
 
-Every sequence is handled the same way, as in vLLM's current scheduler: it has `seq_len` tokens (prompt
+Every sequence is handled the same way, as in vLLM V1: it has `seq_len` tokens (prompt
 + tokens generated so far) and `computed` of them have KV. A step computes some of the rest; when
 `computed == seq_len` the step's logits give a new token. A prefill is "many tokens to compute", a decode
 is "one token to compute", a recompute after preemption is a prefill of prompt + generated tokens.
@@ -25,9 +25,13 @@ Two policies share this machinery and differ only in what a step holds:
   sequences. A long prompt therefore stops every running decode for as long as its prefill takes, and
   chunking does not help: a part-prefilled prompt keeps every step a prefill step until it is done.
   With KV in tokens this is servelab.scheduler at block size 1 without prefix caching, step for step.
-* `MixedBudget` (vLLM's current scheduler, Sarathi-Serve): every running sequence decodes in every step,
-  then prefill chunks fill what is left of `max_num_batched_tokens`. A long prompt is spread over many
+* `MixedBudget` (decodes first, Sarathi-Serve's stall-free batching): every running sequence decodes in
+  every step, then prefill chunks fill what is left of `max_num_batched_tokens`. A long prompt is spread over many
   steps, and no step is longer than the budget's worth of work.
+
+`V1` is vLLM V1's step itself, run by `servelab.vllm_scheduler`'s `Scheduler` inside this loop: running
+requests first, then admissions from what is left of the budget, any request chunked, KV allocated in blocks
+step by step (the cache is kv_capacity // block_size blocks), recompute preemption of the last running one.
 
 `MixedBudget(prefill_order="shortest_first")` hands the leftover budget to the prompts with the fewest
 tokens left instead of the oldest: scheduling by the half of a request's work that is known on arrival.
@@ -43,6 +47,7 @@ policy and keeps every step's (request id, tokens) pairs, for tables and for ste
 
 One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
+`v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`),
 `loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
 `servelab.simulator` itself.
 
@@ -73,6 +78,7 @@ from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.state import ServingState
+from servelab.simulator.v1 import V1
 
 __all__ = [
     "Admission",
@@ -84,6 +90,7 @@ __all__ = [
     "ServingState",
     "SimResult",
     "Traced",
+    "V1",
     "burst_arrivals",
     "fixed_lengths",
     "lognormal_lengths",
