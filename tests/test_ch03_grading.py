@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from grading_harness import Notebook, Proof, is_test, python_source
 
-from servelab import costmodel, simulator
+from servelab import costmodel, simulator, vllm_scheduler
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
 from servelab.simulator import MixedBudget, Requests, simulate
 from servelab_autograder import ch03, known_wrong, plain, probe, release, verdicts
@@ -38,7 +38,7 @@ from servelab_autograder.spec import atlas_path
 ROOT = release.repo_root()
 A = "ch03_token_budget"
 CHAPTER = table.CHAPTER
-EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "max_chunk", "max_backlog")
+EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "v1_schedule", "max_chunk", "max_backlog")
 SEEDS = (0, 20261201)
 
 
@@ -84,7 +84,8 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert NB.solution_ids() == [*EXERCISES, "drills"]
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
-    modules = {"servelab.costmodel": costmodel, "servelab.simulator.policies": simulator.policies}
+    modules = {"servelab.costmodel": costmodel, "servelab.simulator.policies": simulator.policies,
+               "servelab.vllm_scheduler": vllm_scheduler}
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         obj = modules[module]
@@ -96,8 +97,8 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
 def test_the_notebook_follows_the_authoring_conventions():
     NB.assert_servelab_kernel()
     assert {g: m["points"] for g, m in NB.test_cells().items()} == {
-        "test_kv_bytes_per_token": 1, "test_step_time": 3, "test_schedule": 3, "test_max_chunk": 2,
-        "test_max_backlog": 2, "test_drills": 5}
+        "test_kv_bytes_per_token": 1, "test_step_time": 3, "test_schedule": 3, "test_v1_schedule": 3,
+        "test_max_chunk": 2, "test_max_backlog": 2, "test_drills": 5}
     for c, meta, source in NB.conventional_code_cells():
         tags = c.get("metadata", {}).get("tags", [])
         if meta.get("solution"):

@@ -22,6 +22,12 @@ What the sandbox's library lacks while this chapter grades (``references``), and
   MixedBudget only for its two limits). ``ServingState``'s helpers (``can_admit``, ``admit``,
   ``preempt_tail``, ``reserve_decode_slots``) stay: the exercise is written with them. ``PrefillFirst.schedule``
   (chapter 2's policy) stays, and fails the notebook's A/B/C at step 0.
+- v1_schedule: ``vllm_scheduler.Scheduler.schedule`` is blocked; it is graded by running whole workloads (the
+  notebook's cases, then seeded random ones) through the learner's method and comparing every step. What the
+  method is written with stays: the KV-cache manager (``get_computed_blocks``, ``allocate_slots``: the prefix-cache
+  lookup with its full-hit cap, the whole-prompt gate and caching at allocation live there, given),
+  ``_preempt_request``, the waiting queue and ``Scheduler.output``. The V1 policy of the simulator calls the
+  blocked method, so the cells that run it are demos.
 - max_chunk: ``costmodel.max_prefill_chunk`` is blocked. ``costmodel._largest_fitting`` stays:
   ``max_decode_batch``, which the drills may use, bisects with it. Alone it answers nothing: the step-time
   predicate with the decodes and the prefix is the exercise, and where its pitfalls are.
@@ -358,18 +364,46 @@ DRILLS = Drills("test_drills", (
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
+def _v1_random(rng: random.Random) -> list:
+    """Workloads for V1's schedule: shared prefixes, small caches (preemption), small budgets (chunks), the
+    threshold on and off, arrivals over the first steps, both policies, prefix caching on and off, both gates."""
+    cases = []
+    for _ in range(40):
+        block_size = rng.choice([1, 4, 16])
+        usable = rng.choice([32, 48, 64, 96]) // block_size * block_size
+        config = dict(block_size=block_size, num_gpu_blocks=usable // block_size + 1,
+                      max_num_batched_tokens=rng.choice([4, 8, 16, 48]), max_num_seqs=rng.choice([2, 4, 8]),
+                      long_prefill_token_threshold=rng.choice([0, 0, 4, 10]),
+                      enable_prefix_caching=rng.random() < 0.75, policy=rng.choice(["fcfs", "priority"]),
+                      reserve_full_prompt=rng.random() < 0.8)
+        prefixes = [[rng.randrange(1000) for _ in range(rng.randint(1, 24))] for _ in range(3)]
+        workload = []
+        for i in range(rng.randint(2, 8)):
+            prompt = rng.choice(prefixes)[:rng.randint(1, 24)] + [rng.randrange(1000) for _ in range(rng.randint(0, 8))]
+            max_tokens = rng.randint(1, 12)
+            prompt = prompt[:max(1, usable - max_tokens + 1)]
+            workload.append([rng.randint(0, 10), f"r{i}", prompt, min(max_tokens, usable - len(prompt) + 1),
+                             rng.randint(0, 2)])
+        cases.append((config, sorted(workload, key=lambda w: w[0])))
+    return cases
+
+
 CHAPTER = Chapter(
     assignment=ch03.ASSIGNMENT,
     prelude="import math\n\nimport numpy as np\n\nfrom servelab import costmodel\nfrom servelab.costmodel import "
-            "DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B\n",
-    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11"),
+            "DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B\n"
+            "from servelab.vllm_scheduler import RequestStatus\n",
+    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12"),
     references=("servelab.costmodel:max_prefill_chunk", "servelab.costmodel:max_backlog_tokens",
                 "servelab.simulator.policies:MixedBudget.schedule",
-                "servelab.simulator.policies:MixedBudget._shortest_first"),
+                "servelab.simulator.policies:MixedBudget._shortest_first",
+                "servelab.vllm_scheduler:Scheduler.schedule"),
     exercises=(
         Exercise(S["kv_bytes_per_token"], "test_kv_bytes_per_token", fixed=_kv_fixed, random=_kv_random),
         Exercise(S["step_time"], "test_step_time", fixed=_step_fixed, random=_step_random),
         Exercise(S["schedule"], "test_schedule", fixed=lambda: list(_schedule_fixed()), random=_schedule_random),
+        Exercise(S["v1_schedule"], "test_v1_schedule", fixed=lambda: list(ch03.V1_CASES.values()),
+                 random=_v1_random),
         Exercise(S["max_chunk"], "test_max_chunk", fixed=_chunk_fixed, random=_chunk_random),
         Exercise(S["max_backlog"], "test_max_backlog", fixed=lambda: list(BACKLOG_FIXED), random=_backlog_random),
     ),

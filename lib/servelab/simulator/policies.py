@@ -81,7 +81,7 @@ _PREFILL_ORDERS = ("fcfs", "shortest_first")
 
 @dataclass(frozen=True)
 class MixedBudget:
-    """The budgeted mixed step (vLLM's current scheduler, Sarathi-Serve's stall-free batching).
+    """The budgeted mixed step, decodes first (Sarathi-Serve's stall-free batching; vLLM V1's own step is `V1`).
 
     1. Every running sequence that is decoding gets its one token (KV slots reserved, preempting from
        the tail if short).
