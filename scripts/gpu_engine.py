@@ -9,8 +9,11 @@ requests with 512-token prompts are prefilled, then the script times `--steps` d
 batch (after two warm-up steps) and prints the measured decode tokens/s next to the roofline prediction for
 the same steps: B / `costmodel.step_time(LLAMA3_8B, H200, decode_context_lens=...)`, at each step's real
 context lengths. The gap between the two is what the engine's Python and launches cost beyond the roofline.
-Nothing is asserted; `--write` appends the table to bench/kernels_results.md. A figure is only ever measured
-here: without a GPU the script says so and measures nothing (the smoke run's figures are CPU ones, labelled).
+Nothing is asserted; `--write` appends the table to bench/kernels_results.md (or `--out`) as its own section,
+each row the moment it is measured, so a run stopped by a timeout keeps the batch sizes it finished;
+`--budget` starts no batch size after that many seconds. A figure is only ever measured here: without a GPU
+the script says so and measures nothing (the smoke run's figures are CPU ones, labelled, and are written
+only to an explicit `--out` other than the results file). `scripts/gpu_check.sh` runs it after the kernels.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+import servelab.kernels  # noqa: F401  (before triton: it picks compiled or interpreted kernels)
 from servelab import costmodel as cm
 from servelab import llm as L
 from servelab import model as sm
@@ -64,11 +68,16 @@ def measure(model, batch: int, steps: int, attention: str, sync, prompt: int = P
 
 
 def main(argv=None) -> int:
+    started = time.monotonic()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a tiny model on the CPU, interpreter kernels")
     parser.add_argument("--steps", type=int, default=32, help="timed decode steps per batch size (default 32)")
-    parser.add_argument("--write", action="store_true", help=f"append the table to {RESULTS.name}")
+    parser.add_argument("--write", action="store_true", help=f"append the table to {RESULTS.name} (or --out)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"the file --write appends to (default {RESULTS})")
+    parser.add_argument("--budget", type=float, default=None, help="seconds: start no batch size after this long")
     args = parser.parse_args(argv)
+    if args.smoke and args.write and args.out.resolve() == RESULTS.resolve():
+        parser.error(f"a smoke run never writes {RESULTS.name}: its figures are not a GPU's (give --out)")
     if args.smoke:
         model, batches, attention = sm.Model.random(sm.ModelConfig.tiny("llama"), seed=0), (1, 2), "triton"
         steps, sync, prompt = min(args.steps, 2), (lambda: None), 16
@@ -80,21 +89,33 @@ def main(argv=None) -> int:
         model = sm.Model.random(llama3_8b(), seed=0, scale=0.02, dtype=torch.bfloat16, device="cuda")
         batches, attention, steps, sync, prompt = (1, 16, 64), "triton", args.steps, torch.cuda.synchronize, PROMPT
         where = f"{torch.cuda.get_device_name()}, Llama-3-8B shape, random bf16 weights, Triton kernels"
+    import triton  # here, after servelab.kernels has chosen how kernels run
+
+    head = (f"{where}; {prompt}-token prompts, {steps} timed decode steps per batch; torch {torch.__version__}, "
+            f"triton {triton.__version__}")
     lines = ["| batch | measured decode tokens/s | roofline prediction (H200) | measured / predicted |",
              "|---:|---:|---:|---:|"]
-    for b in batches:
-        got, want = measure(model, b, steps, attention, sync, prompt)
-        lines.append(f"| {b} | {got:,.1f} | {want:,.1f} | {got / want:.2f} |" if not args.smoke
-                     else f"| {b} | {got:,.1f} | - | - |")
-        print(lines[-1], flush=True)
-    head = f"{where}; {prompt}-token prompts, {steps} timed decode steps per batch"
-    print(head)
-    print("\n".join(lines))
-    if args.write and not args.smoke:
+    out = open(args.out, "a", encoding="utf-8") if args.write else None  # noqa: SIM115 - written row by row
+    if out:
         when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        with open(RESULTS, "a", encoding="utf-8") as fh:
-            fh.write(f"\n## The engine at Llama-3-8B's shape (`scripts/gpu_engine.py`)\n\n- {when}; {head}\n\n"
-                     + "\n".join(lines) + "\n")
+        out.write(f"\n## The engine at Llama-3-8B's shape (`scripts/gpu_engine.py`)\n\n- {when}; {head}\n\n"
+                  + "\n".join(lines) + "\n")
+        out.flush()
+    print(head)
+    print("\n".join(lines), flush=True)
+    for b in batches:
+        if args.budget is not None and time.monotonic() - started > args.budget:
+            lines.append(f"| {b} | not measured: out of time (--budget {args.budget:.0f} s) | - | - |")
+        else:
+            got, want = measure(model, b, steps, attention, sync, prompt)
+            lines.append(f"| {b} | {got:,.1f} | {want:,.1f} | {got / want:.2f} |" if not args.smoke
+                         else f"| {b} | {got:,.1f} | - | - |")
+        print(lines[-1], flush=True)
+        if out:
+            out.write(lines[-1] + "\n")
+            out.flush()  # on disk now: a timeout during the next batch size keeps this one
+    if out:
+        out.close()
     return 0
 
 

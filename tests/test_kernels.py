@@ -20,10 +20,16 @@ import torch
 import servelab.kernels as K  # decides interpreter or GPU before any kernel is decorated
 from servelab.kernels import paged_decode, prefill_attention, split_kv_decode, store_kvcache
 from servelab.kernels.reference import ref_paged_decode, ref_prefill_attention, ref_store_kvcache
+from servelab.kernels.split_kv import auto_num_splits
 
 DEVICE = "cuda" if torch.cuda.is_available() and not K.INTERPRETED else "cpu"
 GPU = DEVICE == "cuda"
-gpu_only = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (compiled kernels)")
+
+
+def gpu_only(test):
+    """Marked ``gpu`` (scripts/gpu_check.sh runs ``-m gpu``), and skipped without a CUDA GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (compiled kernels)")(test))
+
 
 # atol = rtol per dtype, against a float64 reference. fp16/bf16 errors come from rounding P to the
 # input dtype before P @ V and from rounding the output; bf16 keeps 8 bits of mantissa.
@@ -216,11 +222,57 @@ def test_split_kv_decode_agrees_with_paged_decode():
     torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
 
 
-def test_choose_num_splits_fills_the_gpu_only_when_needed():
-    assert K.choose_num_splits(64, 8, 4096) == 1          # 512 programs for 132 SMs
-    assert K.choose_num_splits(4, 8, 32768) == 17         # 32 programs -> 544
-    assert K.choose_num_splits(1, 8, 2048) == 8           # at least 256 keys per split
-    assert K.choose_num_splits(1, 8, 100) == 1
+def test_choose_num_splits_takes_one_whole_wave_of_equal_splits():
+    # an H200: 132 SMs; 4 programs per SM (Triton 3.9's defaults) -> 528 programs a wave, 3 per SM -> 396
+    assert K.choose_num_splits(4, 8, 32768, 132, 4) == 16     # 32 programs -> 512 <= 528, 2048 keys each
+    assert K.choose_num_splits(4, 8, 32768, 132, 3) == 12     # 384 <= 396
+    assert K.choose_num_splits(64, 8, 4096, 132, 4) == 1      # 512 programs already fill the wave
+    assert K.choose_num_splits(40, 8, 32768, 132, 4) == 1     # 320: two splits would start a second wave
+    assert K.choose_num_splits(128, 8, 8192, 132, 4) == 1     # more programs than slots: no split
+    assert K.choose_num_splits(1, 8, 2048, 132, 4) == 8       # at least 256 keys per split
+    assert K.choose_num_splits(1, 8, 100, 132, 4) == 1        # a single short sequence
+    assert K.choose_num_splits(1, 1, 1 << 20, 132, 4) == 32   # at most MAX_SPLITS
+    assert K.choose_num_splits(1, 8, 33 * 64, 132, 4) == 7    # 33 tiles, 8 allowed: 5 tiles a split, 7 cover it
+    # the defaults: 132 SMs and the table's figure for the running Triton (4 per SM for 3.6 and 3.9)
+    assert K.choose_num_splits(4, 8, 32768) == K.choose_num_splits(4, 8, 32768, 132, 4) == 16
+
+
+def kernel_split_lens(seq_len, num_splits, tile):
+    """The keys each split covers, cut as split_kv_decode_kernel cuts them."""
+    per_split = -(-seq_len // num_splits)
+    split_len = -(-per_split // tile) * tile
+    return [max(0, min((j + 1) * split_len, seq_len) - j * split_len) for j in range(num_splits)]
+
+
+@pytest.mark.parametrize("num_seqs,num_kv_heads,max_seq_len,num_sms,per_sm,tile", [
+    (4, 8, 32768, 132, 4, 64), (4, 8, 32768, 132, 3, 64), (2, 8, 5000, 132, 4, 64), (1, 8, 2048 + 64, 132, 4, 64),
+    (3, 4, 100_000, 108, 2, 32), (1, 32, 4096, 132, 5, 64), (7, 2, 65536, 78, 4, 128), (1, 8, 700, 132, 4, 16),
+])
+def test_choose_num_splits_stays_in_one_wave_with_equal_splits(num_seqs, num_kv_heads, max_seq_len, num_sms, per_sm,
+                                                               tile):
+    wave, programs = num_sms * per_sm, num_seqs * num_kv_heads
+    splits = K.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms, per_sm, tile)
+    assert splits == 1 or programs * splits <= wave, "a partial second wave"
+    assert splits == 1 or max_seq_len // splits >= 256
+    lens = kernel_split_lens(max_seq_len, splits, tile)
+    assert sum(lens) == max_seq_len and min(lens) > 0, f"an empty split in {lens}"
+    assert len(set(lens[:-1])) <= 1 and lens[-1] <= lens[0], f"unequal splits {lens}"
+    # no other count allowed in the wave gives a shorter longest split
+    most = min(wave // programs, max_seq_len // 256, 32)
+    best = min(max(kernel_split_lens(max_seq_len, n, tile)) for n in range(1, max(most, 1) + 1))
+    assert max(lens) == best
+
+
+def test_decode_attention_splits_only_a_batch_too_small_for_the_gpu():
+    k_cache, v_cache, block_tables, seq_lens = make_paged_kv([600, 3], block_size=16, head_dim=64,
+                                                             dtype=torch.float32, seed=11)
+    q = randn(2, 8, 64, dtype=torch.float32, seed=12)
+    ref = ref_paged_decode(q, k_cache, v_cache, block_tables, seq_lens)
+    # the bound is the block table's width: 39 blocks of 16 = 624 keys, so at most 624 // 256 = 2 splits
+    assert auto_num_splits(q, k_cache, v_cache, block_tables, seq_lens, num_sms=132) == 2
+    assert auto_num_splits(q, k_cache, v_cache, block_tables, seq_lens, num_sms=1) == 1  # 4 programs fill it
+    assert_close(K.decode_attention(q, k_cache, v_cache, block_tables, seq_lens, num_sms=132), ref)
+    assert_close(K.decode_attention(q, k_cache, v_cache, block_tables, seq_lens, num_sms=1), ref)
 
 
 # --- prefill over a cached prefix ------------------------------------------------------------------

@@ -78,3 +78,22 @@ def test_goal_verdicts_compare_bandwidth_with_the_faster_copy_and_time_with_sdpa
     assert "| fast | k | 1000.0 | 1720 | 0.86 |" in text
     unjudged = bench.render(rows, [], copy_bw, cases, ["# t"], judge=False)
     assert _verdict(unjudged, "slow") == ">= 0.85: not judged (CPU smoke run)"
+
+
+def test_sweep_winners_name_the_fastest_setting_and_the_table_entry_to_commit():
+    from servelab.kernels.tuning import decode_entry
+
+    entry, _ = decode_entry()
+    default = f"tile={entry.tile}, num_warps={entry.num_warps}, num_stages={entry.num_stages}"
+    other = "tile=32, num_warps=4, num_stages=3"
+    sweep = [bench.Row("decode 64 x 4K", "paged_decode (4/SM, 64 registers)", us=12.0, note=default),
+             bench.Row("decode 64 x 4K", "paged_decode (5/SM, 90 registers)", us=10.0, note=other, programs_per_sm=5),
+             bench.Row("decode 64 x 4K", "paged_decode", note="tile=128, num_warps=4, num_stages=3 OutOfResources",
+                       error="OutOfResources: shared memory"),
+             bench.Row("decode 4 x 32K, split-KV", "split_kv_decode (16 splits)", us=30.0, note="num_splits=16"),
+             bench.Row("decode 4 x 32K, split-KV", "split_kv_decode (8 splits)", us=40.0, note="num_splits=8")]
+    lines = bench.sweep_winners(sweep)
+    assert lines[0] == f"- decode 64 x 4K: fastest {other} at 10.0 µs; the defaults ({default}): 12.0 µs"
+    assert "DecodeTuning(tile=32, num_warps=4, num_stages=3, programs_per_sm=5," in lines[1]
+    assert lines[2] == "- decode 4 x 32K, split-KV: fastest num_splits=16 at 30.0 µs"
+    assert len(lines) == 3  # a split-KV winner is no table entry

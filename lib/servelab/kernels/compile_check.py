@@ -14,7 +14,8 @@ specialisation, same num_warps and num_stages) down to a cubin, then reports:
   maximum per block) the launch fails with OutOfResources: the kernel "would not fit", and the check fails;
 - registers per thread and spill bytes, from ``ptxas -v`` on the generated PTX (the ptxas Triton uses);
   spills are reported, and fail the check only with ``--fail-on-spills``;
-- an estimate of resident blocks per SM from registers and shared memory (65,536 registers, 228 KiB).
+- an estimate of resident blocks per SM from registers, shared memory and threads (65,536 registers,
+  228 KiB, 2,048 threads: ``tuning.blocks_per_sm``).
 
 It needs compiled kernels, so it runs with ``TRITON_INTERPRET=0``; started in an interpreter process
 (servelab.kernels chose the interpreter for lack of a GPU) it re-runs itself in a subprocess that has it.
@@ -39,11 +40,9 @@ from servelab.kernels.launch import Launch, interpreted
 from servelab.kernels.prefill import plan_prefill_attention
 from servelab.kernels.split_kv import plan_split_kv_decode
 from servelab.kernels.store import plan_store_kvcache
+from servelab.kernels.tuning import blocks_per_sm
 
 SM90_MAX_SHARED_PER_BLOCK = 232_448  # 227 KiB: 228 KiB per SM less 1 KiB reserved per block
-SM90_SHARED_PER_SM = 233_472
-SM90_REGISTERS_PER_SM = 65_536
-SM90_MAX_BLOCKS_PER_SM = 32
 
 
 @dataclass
@@ -72,18 +71,6 @@ def fits(shared_bytes: int, limit: int = SM90_MAX_SHARED_PER_BLOCK) -> bool:
     (True, True, False)
     """
     return shared_bytes <= limit
-
-
-def blocks_per_sm(registers: int, num_warps: int, shared_bytes: int) -> int:
-    """Resident blocks per SM allowed by registers (allocated per warp in units of 256) and shared memory.
-
-    >>> blocks_per_sm(128, 4, 12_288), blocks_per_sm(255, 8, 0), blocks_per_sm(32, 4, 100_000)
-    (4, 1, 2)
-    """
-    regs_per_warp = -(-max(registers, 1) * 32 // 256) * 256
-    by_regs = SM90_REGISTERS_PER_SM // (regs_per_warp * num_warps)
-    by_shared = SM90_SHARED_PER_SM // (shared_bytes + 1024) if shared_bytes else SM90_MAX_BLOCKS_PER_SM
-    return min(by_regs, by_shared, SM90_MAX_BLOCKS_PER_SM)
 
 
 def parse_ptxas(log: str) -> tuple[int, int, int]:

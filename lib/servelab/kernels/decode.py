@@ -37,17 +37,19 @@ from servelab.kernels.checks import (
 )
 from servelab.kernels.launch import LOG2E, Launch, dtype_constexprs, padded, run_all
 from servelab.kernels.tiles import attend_tiles
+from servelab.kernels.tuning import decode_entry
 
-# Defaults for the GPU, chosen with ``compile_check --sweep`` at sm_90 (bf16, head_dim 128), not yet timed
-# on one: 64 keys per iteration put 32 KiB of K/V loads in flight per program (Triton's pipeliner copies
-# them into shared memory with cp.async), at 64 registers per thread, no spills and 38 KiB of shared memory,
-# so 4 programs fit on an SM: the 512 programs of 64 sequences x 8 KV heads run in one wave on 132 SMs.
-# That holds for the pinned Triton (3.9). Triton 3.6 compiles the same kernel to 76 registers, 3 programs per
-# SM, so 512 programs take two waves there; with 4 warps it uses 106 registers and fits 4 (one wave).
-# `python -m servelab.kernels.bench --sweep` (scripts/gpu_check.sh runs it) times the alternatives on a GPU.
-DECODE_TILE = 64
-DECODE_NUM_WARPS = 8
-DECODE_NUM_STAGES = 2
+# Defaults for the GPU, per Triton version (``tuning.TUNED_DECODE``, chosen with ``compile_check --sweep`` at
+# sm_90 for bf16, head_dim 128; not yet timed on one): 64 keys per iteration put 32 KiB of K/V loads in flight
+# per program (Triton's pipeliner copies them into shared memory with cp.async). With Triton 3.9, 8 warps
+# compile to 64 registers, no spills and 38 KiB of shared memory, so 4 programs fit on an SM and the 512
+# programs of 64 sequences x 8 KV heads run in one wave on 132 SMs. Triton 3.6 compiles the same to 76
+# registers (3 per SM, two waves); its entry takes 4 warps (106 registers, 4 per SM).
+# `scripts/gpu_check.sh` times the alternatives on a GPU and prints the winner to commit in the table.
+DECODE_TUNING, DECODE_TUNED_FOR = decode_entry()
+DECODE_TILE = DECODE_TUNING.tile
+DECODE_NUM_WARPS = DECODE_TUNING.num_warps
+DECODE_NUM_STAGES = DECODE_TUNING.num_stages
 # fp32 (a checking dtype: exact IEEE dot products, on FMA units) takes twice the bytes and registers per tile.
 DECODE_TILE_FP32 = 32
 
@@ -130,7 +132,7 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
                     (already written into the cache, e.g. by ``store_kvcache``)
       scale         softmax scale, 1/sqrt(head_dim) by default
       out           optional output tensor like q
-      tile          key positions per loop iteration (power of two >= 16); None: 64, or 32 for fp32
+      tile          key positions per loop iteration (power of two >= 16); None: ``DECODE_TILE`` (64), 32 for fp32
       check_indices check block ids and lengths (copies block_tables and seq_lens to the host)
     """
     out, launches = plan_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale=scale, out=out,

@@ -41,9 +41,16 @@ from servelab.kernels.checks import (
     check_same_device,
     default_scale,
 )
-from servelab.kernels.decode import DECODE_NUM_STAGES, DECODE_NUM_WARPS, decode_tile, paged_decode
+from servelab.kernels.decode import (
+    DECODE_NUM_STAGES,
+    DECODE_NUM_WARPS,
+    DECODE_TILE,
+    decode_tile,
+    paged_decode,
+)
 from servelab.kernels.launch import LOG2E, Launch, dtype_constexprs, padded, run_all
 from servelab.kernels.tiles import attend_tiles
+from servelab.kernels.tuning import decode_entry, occupancy
 
 H200_NUM_SMS = 132
 MAX_SPLITS = 32
@@ -115,32 +122,88 @@ def merge_splits_kernel(out_ptr, partial_out_ptr, partial_lse_ptr, num_splits, s
     tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int = H200_NUM_SMS) -> int:
-    """How many splits give the GPU about four programs per SM, without splits under 256 keys.
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int = H200_NUM_SMS,
+                      programs_per_sm: int | None = None, tile: int | None = None) -> int:
+    """How many splits fill one wave of the GPU, each split an equal share of the keys in whole tiles.
 
-    A batch that already has two programs per SM is not split: the merge would cost more than it saves.
+    The rule:
+    1. a wave is ``num_sms * programs_per_sm`` programs: as many as the GPU holds at once.
+       ``programs_per_sm`` comes from the compiled kernel (``tuning.occupancy``; ``auto_num_splits`` passes
+       it); None takes the table figure for the running Triton (``tuning.TUNED_DECODE``);
+    2. at most ``wave // (num_seqs * num_kv_heads)`` splits: every program runs in the first wave. One split
+       more would start a partial second wave, which costs a whole split's time for a few programs. A batch
+       with more than half a wave of programs is therefore not split;
+    3. at most ``max_seq_len // 256`` splits (a shorter split costs more in its launch share, Q load and
+       partial store than in keys) and at most ``MAX_SPLITS``;
+    4. of those, the fewest splits that give the same longest split: with ``n`` tiles of ``tile`` keys in the
+       longest sequence and at most ``s`` splits, each split takes ``t = ceil(n / s)`` tiles and
+       ``ceil(n / t)`` splits cover it. The splits are equal when ``t`` divides ``n``; otherwise only the last
+       is shorter, by less than ``t`` tiles (the kernel cuts exactly so: whole tiles, ``ceil(L / splits)``).
 
     ``max_seq_len`` only needs to be an upper bound: ``block_tables.shape[1] * block_size`` works and needs
-    no copy from the GPU.
+    no copy from the GPU. ``tile`` is the kernel's (``DECODE_TILE`` when None).
 
-    >>> choose_num_splits(64, 8, 4096)      # 512 programs already: no split
+    >>> choose_num_splits(64, 8, 4096, 132, 4)      # 512 programs already fill the 528 slots: no split
     1
-    >>> choose_num_splits(4, 8, 32768)      # 32 programs: 17 splits -> 544 programs
-    17
-    >>> choose_num_splits(1, 8, 512)        # short: at most 512 // 256 splits
+    >>> choose_num_splits(4, 8, 32768, 132, 4)      # 32 programs: 16 splits -> 512 of 528, 2048 keys each
+    16
+    >>> choose_num_splits(4, 8, 32768, 132, 3)      # 396 slots: 12 splits -> 384 programs
+    12
+    >>> choose_num_splits(1, 8, 512, 132, 4)        # short: at most 512 // 256 splits
     2
     """
-    programs = num_seqs * num_kv_heads
-    if programs >= 2 * num_sms:
+    tile = tile or DECODE_TILE
+    programs_per_sm = programs_per_sm or decode_entry()[0].programs_per_sm
+    wave = num_sms * programs_per_sm
+    most = min(wave // max(num_seqs * num_kv_heads, 1), max_seq_len // MIN_TOKENS_PER_SPLIT, MAX_SPLITS)
+    if most <= 1:
         return 1
-    wanted = -(-4 * num_sms // max(programs, 1))
-    return max(1, min(wanted, max_seq_len // MIN_TOKENS_PER_SPLIT, MAX_SPLITS))
+    tiles = -(-max_seq_len // tile)
+    per_split = -(-tiles // most)
+    return -(-tiles // per_split)
+
+
+def auto_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                    seq_lens: torch.Tensor, *, num_sms: int | None = None, tile: int | None = None,
+                    num_warps: int = DECODE_NUM_WARPS, num_stages: int = DECODE_NUM_STAGES) -> int:
+    """``choose_num_splits`` for this call: the device's SMs and the split kernel's occupancy as compiled.
+
+    Only shapes are read (no copy from the GPU). The occupancy is that of a stand-in launch with 16 splits:
+    the number of splits is a runtime argument, and Triton compiles the same code for any multiple of 16
+    (it specialises on divisibility by 16), so a 16-split launch later finds this compile in its cache.
+    """
+    _, block_size, num_kv_heads, head_dim = k_cache.shape
+    if num_sms is None:
+        num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+                   if q.device.type == "cuda" else H200_NUM_SMS)
+    tile = decode_tile(q.dtype, tile)
+    stand_in = torch.empty(1, dtype=torch.float32, device=q.device)
+    launch = _split_launch(stand_in, stand_in, q, k_cache, v_cache, block_tables, seq_lens, 1.0, 16, tile,
+                           num_warps, num_stages)
+    return choose_num_splits(q.shape[0], num_kv_heads, block_tables.shape[1] * block_size, num_sms,
+                             occupancy(launch).programs_per_sm, tile)
+
+
+def _split_launch(partial_out, partial_lse, q, k_cache, v_cache, block_tables, seq_lens, scale_log2, num_splits,
+                  tile, num_warps, num_stages) -> Launch:
+    group, head_dim = q.shape[1] // k_cache.shape[2], k_cache.shape[3]
+    return Launch(
+        split_kv_decode_kernel, (q.shape[0], k_cache.shape[2], num_splits),
+        (partial_out, partial_lse, q, k_cache, v_cache, block_tables, seq_lens, scale_log2, num_splits,
+         q.stride(0), q.stride(1), block_tables.stride(0), *k_cache.stride()[:3], *v_cache.stride()[:3]),
+        dict(GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=k_cache.shape[1], BLOCK_H=padded(group),
+             D_PAD=padded(head_dim), TILE=tile, NUM_STAGES=num_stages,
+             **dtype_constexprs(split_kv_decode_kernel, q.dtype)),
+        dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def plan_split_kv_decode(q, k_cache, v_cache, block_tables, seq_lens, *, num_splits=None, scale=None, out=None,
                          tile=None, num_warps=DECODE_NUM_WARPS, num_stages=DECODE_NUM_STAGES,
-                         check_indices=True):
-    """Check the arguments of ``split_kv_decode`` and return ``(out, [split Launch, merge Launch])``."""
+                         check_indices=True, num_sms=None):
+    """Check the arguments of ``split_kv_decode`` and return ``(out, [split Launch, merge Launch])``.
+
+    ``num_splits`` None: ``auto_num_splits`` (``num_sms`` None: the device's).
+    """
     num_blocks, block_size, num_kv_heads, head_dim = check_kv_cache(k_cache, v_cache)
     num_q_heads, group = check_queries(q, k_cache, "[num_seqs, num_q_heads, head_dim]")
     num_seqs = q.shape[0]
@@ -149,7 +212,8 @@ def plan_split_kv_decode(q, k_cache, v_cache, block_tables, seq_lens, *, num_spl
     tile = decode_tile(q.dtype, tile)
     check_power_of_two("tile", tile, 16)
     if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, block_tables.shape[1] * block_size)
+        num_splits = auto_num_splits(q, k_cache, v_cache, block_tables, seq_lens, num_sms=num_sms, tile=tile,
+                                     num_warps=num_warps, num_stages=num_stages)
     if not 1 <= num_splits <= 65535:
         raise ValueError(f"num_splits must be in [1, 65535] (grid axis 2); got {num_splits}")
     out = check_out(out, q)
@@ -158,13 +222,8 @@ def plan_split_kv_decode(q, k_cache, v_cache, block_tables, seq_lens, *, num_spl
 
     partial_out = torch.empty(num_seqs, num_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(num_seqs, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
-    split = Launch(
-        split_kv_decode_kernel, (num_seqs, num_kv_heads, num_splits),
-        (partial_out, partial_lse, q, k_cache, v_cache, block_tables, seq_lens, default_scale(head_dim, scale) * LOG2E,
-         num_splits, q.stride(0), q.stride(1), block_tables.stride(0), *k_cache.stride()[:3], *v_cache.stride()[:3]),
-        dict(GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_H=padded(group), D_PAD=padded(head_dim),
-             TILE=tile, NUM_STAGES=num_stages, **dtype_constexprs(split_kv_decode_kernel, q.dtype)),
-        dict(num_warps=num_warps, num_stages=num_stages))
+    split = _split_launch(partial_out, partial_lse, q, k_cache, v_cache, block_tables, seq_lens,
+                          default_scale(head_dim, scale) * LOG2E, num_splits, tile, num_warps, num_stages)
     merge = Launch(
         merge_splits_kernel, (num_seqs, num_q_heads),
         (out, partial_out, partial_lse, num_splits, out.stride(0), out.stride(1)),
@@ -194,18 +253,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      num_sms: int | None = None, check_indices: bool = True) -> torch.Tensor:
     """Decode with the kernel that suits the batch: split-KV when too few programs would fill the GPU.
 
-    The choice uses only shapes (no copy from the GPU): ``choose_num_splits`` with the block table's width
-    as the longest possible sequence.
+    The choice uses only shapes (no copy from the GPU): ``auto_num_splits``, with the block table's width
+    as the longest possible sequence. Malformed shapes go to ``paged_decode``, which says what is wrong.
     """
-    if num_sms is None:
-        num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
-                   if q.device.type == "cuda" else H200_NUM_SMS)
-    bound = block_tables.shape[1] * k_cache.shape[1] if block_tables.dim() == 2 and k_cache.dim() == 4 else 0
-    num_kv_heads = k_cache.shape[2] if k_cache.dim() == 4 else 1
-    num_splits = choose_num_splits(q.shape[0], num_kv_heads, bound, num_sms)
+    well_formed = (q.dim() == 3 and k_cache.dim() == 4 and block_tables.dim() == 2
+                   and 0 < k_cache.shape[2] <= q.shape[1] and q.shape[1] % k_cache.shape[2] == 0)
+    num_splits = auto_num_splits(q, k_cache, v_cache, block_tables, seq_lens, num_sms=num_sms) if well_formed else 1
     if num_splits == 1:
         return paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale=scale, out=out,
                             check_indices=check_indices)
     return split_kv_decode(q, k_cache, v_cache, block_tables, seq_lens, num_splits=num_splits, scale=scale,
                            out=out, check_indices=check_indices)
-
