@@ -228,3 +228,44 @@ class Proof:
             assert set(p.fails) <= set(self.chapter.cells)
         assert {c for p in self.patches for c in p.cells} == set(self.pitfalls.solution) - set(without)
         assert len({p.message for p in self.patches}) == len(self.patches)
+
+
+def standard_proofs(proof: Proof, seeds=(0, 20261201), patch_seeds=(0,), visible_namespace=None,
+                    without=()) -> dict:
+    """The proofs every chapter's grading test module makes the same way, as test functions to put in its
+    namespace (``globals().update(standard_proofs(P))``, where pytest collects them): no hidden tests in the test
+    cells, the solution passes every graded cell on ``seeds`` and every visible test cell (on
+    ``visible_namespace()`` when given: a chapter that builds its notebook's namespace once), the stubs fail every
+    graded cell, each known-wrong patch loses exactly its cells (on ``patch_seeds``), each pitfall is one patch, and
+    the pitfall atlas is what the patches give."""
+    import pytest
+
+    from servelab_autograder import verdicts
+    from servelab_autograder.spec import atlas_path
+
+    def test_test_cells_hold_no_hidden_tests():
+        for gid in proof.nb.test_cells():
+            assert "HIDDEN TESTS" not in proof.nb.source(gid), f"{gid}: the table is its hidden test"
+
+    @pytest.mark.parametrize("seed", seeds)
+    def test_the_solution_passes_every_graded_cell(seed):
+        proof.assert_solution_passes(seed)
+
+    def test_the_solution_passes_every_visible_test_cell():
+        proof.assert_visible_tests_pass(dict(visible_namespace()) if visible_namespace else None)
+
+    def test_the_released_stubs_fail_every_graded_cell():
+        proof.assert_stubs_fail_every_cell()
+
+    @pytest.mark.parametrize("patch", proof.patches, ids=lambda p: p.name)
+    def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
+        proof.assert_patch_loses_exactly_its_cells(patch, patch_seeds)
+
+    def test_every_pitfall_is_one_patch_named_in_the_chapter():
+        proof.assert_every_pitfall_is_one_patch(without=without)
+
+    def test_the_atlas_is_what_the_patches_give():
+        assert atlas_path(proof.assignment).read_text(encoding="utf-8") == verdicts.atlas_text(proof.chapter, ROOT), \
+            "stale pitfall atlas: run python -m servelab_autograder.verdicts"
+
+    return {name: fn for name, fn in locals().items() if name.startswith("test_")}

@@ -18,8 +18,7 @@ import random
 import textwrap
 
 import matplotlib
-import pytest
-from grading_harness import Notebook, Proof
+from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
@@ -28,7 +27,6 @@ import torch  # noqa: E402
 from servelab import llm  # noqa: E402
 from servelab_autograder import ch07, release, verdicts  # noqa: E402
 from servelab_autograder.checks import ch07 as table  # noqa: E402
-from servelab_autograder.spec import atlas_path  # noqa: E402
 
 ROOT = release.repo_root()
 A = "ch07_mini_engine"
@@ -44,6 +42,9 @@ SEEDS = (0, 20261201)
 def notebook_namespace() -> dict:
     """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
     return NB.namespace()
+
+
+globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -62,11 +63,6 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         assert callable(getattr(importlib.import_module(module), name)), ref
 
 
-def test_test_cells_hold_no_hidden_tests():
-    for gid in NB.test_cells():
-        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
-
-
 def test_notebook_follows_the_authoring_conventions():
     NB.assert_servelab_kernel()
     for c, meta, source in NB.conventional_code_cells():
@@ -77,33 +73,6 @@ def test_notebook_follows_the_authoring_conventions():
             line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
             assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
             assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_the_solution_passes_every_graded_cell(seed):
-    P.assert_solution_passes(seed)
-
-
-def test_the_solution_passes_every_visible_test_cell():
-    P.assert_visible_tests_pass(dict(notebook_namespace()))
-
-
-def test_the_released_stubs_fail_every_graded_cell():
-    P.assert_stubs_fail_every_cell()
-
-
-@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
-def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
-
-
-def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    P.assert_every_pitfall_is_one_patch(without=())
-
-
-def test_the_atlas_is_what_the_patches_give():
-    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
-        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
 
 
 def test_each_run_draws_its_own_random_cases():
