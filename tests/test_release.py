@@ -167,8 +167,9 @@ def test_validator_fails_the_release(assignment, fresh):
 
 
 def test_release_is_byte_stable(fresh, tmp_path):
-    """generate_assignment gives the same bytes twice, so --check needs no normalisation beyond JSON."""
-    for a in CHAPTERS:
+    """generate_assignment gives the same bytes twice, so --check needs no normalisation beyond JSON. Shown on the
+    first and the newest chapter: stability is the tool's property (the fixture already released every chapter)."""
+    for a in sorted({CHAPTERS[0], CHAPTERS[-1]}):
         run = release.generate(ROOT, a, release_dir=tmp_path, db=False)
         assert run.returncode == 0, release.last_error(run.output)
         again = release.release_notebook(ROOT, a, tmp_path).read_bytes()
