@@ -171,10 +171,10 @@ def test_a_step_is_skipped_without_time_and_stopped_at_its_limit(tmp_path):
     assert re.search(r"^== too late: skipped: \d+ s left of 30 s, it needs 40 s$", out, re.M), out
     assert re.search(r"^== quick: up to \d+ s \[\d+ s elapsed, \d+ s left of 30 s\]$", out, re.M), out
     assert "\nmeasured\n" in out and re.search(r"^-- quick: ok in \d+ s \[\d+ s elapsed, \d+ s left\]$", out, re.M)
-    assert re.search(r"^-- past its limit: stopped at its 2 s limit in [23] s", out, re.M), out
+    assert re.search(r"^-- past its limit: stopped at its 2 s limit in \d+ s", out, re.M), out
     assert f"== no such module: skipped: no no_such_module_here in {sys.executable}" in out
     assert re.search(r"^\| too late \| skipped: .* \| 0 \|$", out, re.M)
-    assert re.search(r"^\| past its limit \| stopped at its 2 s limit \| [23] \|$", out, re.M)
+    assert re.search(r"^\| past its limit \| stopped at its 2 s limit \| \d+ \|$", out, re.M)
     assert out.rstrip().endswith("status=1")
 
 
