@@ -6,8 +6,11 @@
   tolerated as long as the committed notebook is current;
 - no nbgrader marker and no line of any solution region or hidden-test block reaches course/ (and the
   scanner does catch a planted leak);
-- nbgrader's Validator passes every graded cell of each solutions notebook, and (inverted) passes none
-  of the release's. `nbgrader validate` itself exits 0 even on failure, so the API is used.
+- nbgrader's Validator passes every graded cell of the solutions notebook, and (inverted) passes none of the
+  release's, shown on the first and the newest chapter. `nbgrader validate` itself exits 0 even on failure, so
+  the API is used. For every other chapter the same two facts are proved by cheaper runs the suite makes anyway:
+  nbval runs each solutions notebook cell by cell, tests/test_autograde.py grades each chapter's solution to full
+  marks with nbgrader in the sandbox, and tests/test_chNN_grading.py fails the stubs on every graded cell.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from servelab_autograder import release
 
 ROOT = release.repo_root()
 CHAPTERS = release.chapters(ROOT)
+ENDS = sorted({CHAPTERS[0], CHAPTERS[-1]}) if CHAPTERS else []   # the first and the newest chapter
 
 
 def _env():
@@ -146,7 +150,7 @@ def _validator(invert: bool):
     return Validator(config=config)
 
 
-@pytest.mark.parametrize("assignment", CHAPTERS)
+@pytest.mark.parametrize("assignment", ENDS)
 def test_validator_passes_the_solutions(assignment):
     result = _validator(invert=False).validate(str(release.source_notebook(ROOT, assignment)))
     problems = {k: v for k, v in result.items() if v}
@@ -155,7 +159,7 @@ def test_validator_passes_the_solutions(assignment):
     assert not problems, f"{assignment}: the solutions notebook fails nbgrader validation:\n{detail}"
 
 
-@pytest.mark.parametrize("assignment", CHAPTERS)
+@pytest.mark.parametrize("assignment", ENDS)
 def test_validator_fails_the_release(assignment, fresh):
     path = release.release_notebook(ROOT, assignment)
     if not _pristine(assignment, fresh):  # missing (test above fails) or holds a learner's answers
@@ -169,7 +173,7 @@ def test_validator_fails_the_release(assignment, fresh):
 def test_release_is_byte_stable(fresh, tmp_path):
     """generate_assignment gives the same bytes twice, so --check needs no normalisation beyond JSON. Shown on the
     first and the newest chapter: stability is the tool's property (the fixture already released every chapter)."""
-    for a in sorted({CHAPTERS[0], CHAPTERS[-1]}):
+    for a in ENDS:
         run = release.generate(ROOT, a, release_dir=tmp_path, db=False)
         assert run.returncode == 0, release.last_error(run.output)
         again = release.release_notebook(ROOT, a, tmp_path).read_bytes()
