@@ -19,12 +19,11 @@ import sys
 import textwrap
 
 import pytest
-from grading_harness import Notebook, Proof
+from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.scheduler import BlockManager, Scheduler
 from servelab_autograder import ch02, plain, release, verdicts
 from servelab_autograder.checks import ch02 as table
-from servelab_autograder.spec import atlas_path
 
 ROOT = release.repo_root()
 A = "ch02_nanovllm_scheduler"
@@ -34,6 +33,8 @@ P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
+
+globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], without=("drills",)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -46,33 +47,6 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         cls, method = name.split(".")
         assert module == "servelab.scheduler" and callable(getattr({"Scheduler": Scheduler,
                                                                     "BlockManager": BlockManager}[cls], method))
-
-
-def test_test_cells_hold_no_hidden_tests():
-    for gid in NB.test_cells():
-        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_the_solution_passes_every_graded_cell(seed):
-    P.assert_solution_passes(seed)
-
-
-def test_the_solution_passes_every_visible_test_cell():
-    P.assert_visible_tests_pass()
-
-
-def test_the_released_stubs_fail_every_graded_cell():
-    P.assert_stubs_fail_every_cell()
-
-
-@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
-def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
-
-
-def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    P.assert_every_pitfall_is_one_patch(without=("drills",))
 
 
 def test_a_schedule_message_names_the_step_the_state_and_the_difference():
@@ -158,11 +132,6 @@ def test_visible_messages_name_the_pitfall_through_the_atlas():
     with pytest.raises(AssertionError, match="Your Scheduler differs from nano-vllm's at step 1"):
         ch02.compare_scheduler(cls)
     ch02.compare_scheduler(solution()["Scheduler"])
-
-
-def test_the_atlas_is_what_the_patches_give():
-    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
-        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
 
 
 def test_each_run_draws_its_own_random_cases():

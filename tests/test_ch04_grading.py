@@ -20,12 +20,12 @@ import sys
 import textwrap
 
 import pytest
-from grading_harness import Notebook, Proof
+from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.radix_cache import RadixCache
 from servelab_autograder import ch04, plain, release, verdicts
 from servelab_autograder.checks import ch04 as table
-from servelab_autograder.spec import atlas_path, call
+from servelab_autograder.spec import call
 
 ROOT = release.repo_root()
 A = "ch04_radix_cache"
@@ -35,6 +35,8 @@ P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
+
+globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], without=("drills",)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -56,11 +58,6 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         assert module == "servelab.radix_cache" and cls == "RadixCache" and callable(getattr(RadixCache, method))
 
 
-def test_test_cells_hold_no_hidden_tests():
-    for gid in NB.test_cells():
-        assert "HIDDEN TESTS" not in NB.source(gid), f"{gid}: the table is its hidden test"
-
-
 def test_the_figures_the_markdown_quotes_are_in_the_saved_outputs():
     nb = NB.read()
     text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
@@ -72,28 +69,6 @@ def test_the_figures_the_markdown_quotes_are_in_the_saved_outputs():
 
 # ------------------------------------------------------------------------------------------------
 # the solution passes, the stubs fail, every patch loses exactly its cells
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_the_solution_passes_every_graded_cell(seed):
-    P.assert_solution_passes(seed)
-
-
-def test_the_solution_passes_every_visible_test_cell():
-    P.assert_visible_tests_pass()
-
-
-def test_the_released_stubs_fail_every_graded_cell():
-    P.assert_stubs_fail_every_cell()
-
-
-@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
-def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-    P.assert_patch_loses_exactly_its_cells(patch, SEEDS[:1])
-
-
-def test_every_pitfall_is_one_patch_named_in_the_chapter():
-    P.assert_every_pitfall_is_one_patch(without=("drills",))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -171,11 +146,6 @@ def test_visible_messages_name_the_pitfall_through_the_atlas():
     text = ch04.diagnose("radix_cache", solution("match_no_split")["RadixCache"])
     assert text.startswith("Pitfall: no split when a match ends mid-edge")
     assert ch04.diagnose("radix_cache", solution()["RadixCache"]).startswith("radix_cache agrees")
-
-
-def test_the_atlas_is_what_the_patches_give():
-    assert atlas_path(A).read_text(encoding="utf-8") == verdicts.atlas_text(CHAPTER, ROOT), \
-        "stale pitfall atlas: run python -m servelab_autograder.verdicts"
 
 
 # ------------------------------------------------------------------------------------------------
