@@ -1,0 +1,179 @@
+"""Asynchronous scheduling (servelab.async_scheduler) generates what synchronous scheduling generates.
+
+Seeded workloads with end-of-sequence tokens, chunked prefills, preemption and prefix-cache hits run through the
+synchronous Scheduler (servelab.engine's loop) and the AsyncScheduler (one step in flight); every request's
+tokens are the same. The cost of scheduling ahead is counted exactly on hand-made cases.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servelab.async_scheduler import AsyncScheduler, Step, fake_model, run_async
+from servelab.engine import Engine
+from servelab.scheduler import SamplingParams, Scheduler, Sequence
+
+VOCAB, EOS = 8, 3   # a small vocabulary, so that end-of-sequence comes up often
+
+
+def small_vocab_sync(seqs):
+    return [(sum(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens]) * 31 + 7) % VOCAB for s in seqs]
+
+
+def small_vocab_async(step: Step):
+    return [None if t is None else t % VOCAB for t in _sums(step)]
+
+
+def _sums(step: Step):
+    return [(sum(seq.token_ids[:start + n]) * 31 + 7) if sample else None
+            for seq, start, n, sample in zip(step.seqs, step.starts, step.num_scheduled, step.samples)]
+
+
+def workload(rng: random.Random):
+    shared = [rng.randrange(1, 50) for _ in range(rng.choice([0, 4, 9]))]
+    reqs = []
+    for k in range(rng.randint(1, 12)):
+        prompt = (shared if rng.random() < 0.5 else []) + [rng.randrange(1, 50) for _ in range(rng.randint(1, 20))]
+        reqs.append((f"r{k}", prompt, rng.randint(1, 12), rng.random() < 0.2))
+    config = dict(block_size=rng.choice([1, 2, 4]), max_num_batched_tokens=rng.choice([4, 8, 64]),
+                  max_num_seqs=rng.choice([1, 3, 8]), eos=EOS, enable_prefix_caching=rng.random() < 0.7)
+    need = max(-(-(len(p) + m - 1) // config["block_size"]) for _, p, m, _ in reqs)
+    config["num_blocks"] = need + rng.choice([0, 1, 3, 40])
+    return config, reqs
+
+
+def seqs_of(reqs):
+    return [Sequence(p, SamplingParams(max_tokens=m, ignore_eos=ig), name=n) for n, p, m, ig in reqs]
+
+
+def run_both(config, reqs):
+    sync = Scheduler(**config)
+    engine = Engine(sync, model=small_vocab_sync)
+    mine = seqs_of(reqs)
+    engine.run(mine)
+    ahead = AsyncScheduler(**config)
+    theirs = seqs_of(reqs)
+    for s in theirs:
+        ahead.add(s)
+    steps = run_async(ahead, small_vocab_async)
+    return engine.trace, mine, steps, ahead, theirs
+
+
+def test_every_request_generates_what_it_generates_synchronously():
+    seen = {"eos": 0, "chunk": 0, "preempt": 0, "hit": 0, "wasted slot": 0, "wasted block": 0}
+    for seed in range(300):
+        config, reqs = workload(random.Random(seed))
+        trace, sync_seqs, steps, ahead, async_seqs = run_both(config, reqs)
+        for a, b in zip(sync_seqs, async_seqs):
+            assert b.completion_token_ids == a.completion_token_ids, (seed, a.name)
+        assert ahead.block_manager.num_free_blocks == config["num_blocks"], seed    # every block came back
+        assert not any(s.num_placeholders for s in async_seqs), seed
+        seen["eos"] += any(s.completion_token_ids[-1] == EOS and not s.ignore_eos for s in async_seqs)
+        seen["chunk"] += any(s.is_prefill and not s.samples[i] for s in steps for i in range(len(s.seqs)))
+        seen["preempt"] += any(s.num_preemptions for s in async_seqs)
+        seen["hit"] += any(start > 0 for start in first_starts(steps).values())     # began past a cached prefix
+        seen["wasted slot"] += ahead.wasted_slots > 0
+        seen["wasted block"] += ahead.wasted_blocks > 0
+    assert all(v >= 10 for v in seen.values()), seen
+
+
+def first_starts(steps):
+    """(sequence, preemption count) -> the position its first step started at."""
+    out = {}
+    for st in steps:
+        for seq, start, epoch in zip(st.seqs, st.starts, st.epochs):
+            out.setdefault((seq.name, epoch), start)
+    return out
+
+
+def test_a_stop_on_eos_wastes_one_slot_and_a_stop_at_max_tokens_none():
+    # the fake model's first token after [1, 2] is (3 * 31 + 7) % 1000 = 100; make that the eos token
+    sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, eos=100)
+    a = Sequence([1, 2], SamplingParams(max_tokens=5), name="A")
+    sch.add(a)
+    steps = run_async(sch, fake_model)
+    assert a.completion_token_ids == [100]
+    assert [st.kind for st in steps] == ["P", "D"]          # the decode of the eos token was already scheduled
+    assert sch.wasted_slots == 1 and sch.wasted_blocks == 0  # position 2 sits in block 0: no block taken for it
+    sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8)
+    b = Sequence([1, 2], SamplingParams(max_tokens=3), name="B")
+    sch.add(b)
+    steps = run_async(sch, fake_model)
+    assert len(b.completion_token_ids) == 3 and [st.kind for st in steps] == ["P", "D", "D"]
+    assert sch.wasted_slots == 0
+
+
+def test_the_wasted_decode_may_hold_a_block_taken_for_nothing():
+    # prompt of 4 fills block 0: the eos token sampled after it sits at position 4, which opens block 1
+    prompt = [1, 2, 3, 4]
+    eos = (sum(prompt) * 31 + 7) % 1000
+    sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, eos=eos)
+    a = Sequence(prompt, SamplingParams(max_tokens=5), name="A")
+    sch.add(a)
+    run_async(sch, fake_model)
+    assert sch.wasted_slots == 1 and sch.wasted_blocks == 1
+    assert sch.block_manager.num_free_blocks == 4
+
+
+def test_the_next_step_is_scheduled_before_the_tokens_exist():
+    sch = AsyncScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, max_num_seqs=4)
+    a = Sequence([5, 6, 7], SamplingParams(max_tokens=4), name="A")
+    sch.add(a)
+    first = sch.schedule()
+    assert first.is_prefill and first.samples == [True] and a.num_placeholders == 1
+    second = sch.schedule()                      # step 0 has not returned: decode its placeholder, position 3
+    assert not second.is_prefill and second.starts == [3] and a.num_placeholders == 2
+    assert len(a) == 3                           # no token id is known yet
+    first.tokens = fake_model(first)
+    sch.postprocess(first)
+    assert len(a) == 4 and a.num_placeholders == 1
+    with pytest.raises(ValueError, match="run the model on it first"):
+        sch.postprocess(second)
+
+
+def test_a_preempted_sequence_waits_for_its_token_in_flight():
+    # two prompts of 4 tokens fill the 4 blocks of 2: B is preempted while its first token is in flight
+    sch = AsyncScheduler(num_blocks=4, block_size=2, max_num_batched_tokens=16, max_num_seqs=4)
+    a = Sequence([1, 2, 3, 4], SamplingParams(max_tokens=3), name="A")
+    b = Sequence([4, 5, 6, 7], SamplingParams(max_tokens=3), name="B")
+    sch.add(a), sch.add(b)
+    prefill = sch.schedule()
+    assert prefill.is_prefill and [s.name for s in prefill.seqs] == ["A", "B"]
+    decode = sch.schedule()                      # A's placeholder at position 4 opens a block: B makes room
+    assert [s.name for s in decode.seqs] == ["A"] and b.num_preemptions == 1 and b.num_placeholders == 1
+    assert list(sch.waiting) == [b]
+    prefill.tokens = fake_model(prefill)
+    sch.postprocess(prefill)
+    assert len(b) == 5 and b.num_placeholders == 0 and b.num_cached_tokens == 0   # its token arrived, no KV kept
+    steps = [prefill, decode, *run_async_rest(sch, decode)]
+    assert any(st.is_prefill and b in st.seqs and st.starts[st.seqs.index(b)] == 0 for st in steps[2:])
+    assert a.completion_token_ids == _alone([1, 2, 3, 4], 3) and b.completion_token_ids == _alone([4, 5, 6, 7], 3)
+
+
+def run_async_rest(sch, in_flight):
+    """Continue a run whose step `in_flight` has been scheduled but not run."""
+    in_flight.tokens = fake_model(in_flight)
+    out = []
+    while in_flight is not None or not sch.is_finished():
+        ahead = sch.schedule() if not sch.is_finished() else None
+        if in_flight is not None:
+            sch.postprocess(in_flight)
+        if ahead is not None:
+            ahead.tokens = fake_model(ahead)
+            out.append(ahead)
+        in_flight = ahead
+    return out
+
+
+def _alone(prompt, n):
+    from servelab.engine import expected
+
+    return expected(prompt, n)
+
+
+def test_it_refuses_what_can_never_fit_like_the_synchronous_scheduler():
+    sch = AsyncScheduler(num_blocks=2, block_size=2, max_num_batched_tokens=8)
+    with pytest.raises(ValueError, match="could never finish"):
+        sch.add(Sequence([1, 2, 3, 4], SamplingParams(max_tokens=2)))
