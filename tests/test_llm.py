@@ -255,3 +255,38 @@ def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
     assert "not a GPU figure" in capsys.readouterr().out
     config = script.llama3_8b()
     assert (config.num_layers, config.hidden_size, config.num_kv_heads, config.vocab_size) == (32, 4096, 8, 128256)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_asynchronous_scheduling_generates_what_each_request_generates_alone(tiny, seed):
+    """Step n+1 scheduled before step n's tokens exist (servelab.async_scheduler): batched == alone still."""
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
+                   async_scheduling=True)
+    reqs = [(a, p, L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)) for a, p, n in _workload(seed)]
+    got = L.serve(engine, reqs)
+    assert engine.preemptions and engine.scheduler.block_manager.num_free_blocks == 18
+    for i, (_, prompt, p) in enumerate(reqs):
+        want, tie = _alone(tiny, prompt, p.max_tokens)
+        assert got[i][:tie] == want[:tie], (i, got[i], want)
+
+
+def test_asynchronous_sampling_and_eos_match_synchronous(tiny):
+    """At temperature > 0 with end-of-sequence tokens: the same tokens as the synchronous engine, and the decode
+    scheduled after an eos (when the next step was a decode) is counted as a wasted slot."""
+    prompts = [list(range(k, k + 3 + k % 5)) for k in range(8)]
+    params = [L.SamplingParams(temperature=1.5, max_tokens=12, seed=k) for k in range(8)]
+    outs = {}
+    for mode in (False, True):
+        engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=24, max_num_batched_tokens=16, max_num_seqs=4,
+                       async_scheduling=mode)
+        engine.scheduler.eos = 7          # a common token of the tiny model at this temperature
+        outs[mode] = [o["token_ids"] for o in engine.generate(prompts, params)]
+        if mode:
+            stopped = sum(t[-1] == 7 for t in outs[mode])
+            assert stopped and 0 < engine.scheduler.wasted_slots <= stopped
+    assert outs[True] == outs[False]
+
+
+def test_asynchronous_scheduling_needs_the_block_cache(tiny):
+    with pytest.raises(ValueError, match="use cache=\"blocks\""):
+        L.LLM(tiny, cache="radix", async_scheduling=True)

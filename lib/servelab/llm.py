@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from servelab import scheduler as sched
+from servelab.async_scheduler import AsyncScheduler
 from servelab.model import Model, causal_attention, load_checkpoint
 from servelab.radix_scheduler import RadixScheduler, Req
 
@@ -192,9 +193,13 @@ class LLM:
 
     def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
-                 cache: str = "blocks", attention: str = "torch", tokenizer: str | Path | None = None):
+                 cache: str = "blocks", attention: str = "torch", tokenizer: str | Path | None = None,
+                 async_scheduling: bool = False):
         if cache not in ("blocks", "radix"):
             raise ValueError(f"cache={cache!r}: \"blocks\" (nano-vllm's block-hash cache) or \"radix\" (SGLang's)")
+        if async_scheduling and cache != "blocks":
+            raise ValueError("async_scheduling=True schedules ahead with servelab.async_scheduler, which runs on the "
+                             "block-hash cache: use cache=\"blocks\"")
         self.model = model if isinstance(model, Model) else load_checkpoint(model)
         if tokenizer is None and not isinstance(model, Model) and (Path(model) / "tokenizer.json").is_file():
             tokenizer = Path(model) / "tokenizer.json"     # a checkpoint folder's own tokenizer
@@ -206,9 +211,11 @@ class LLM:
         eos = self.model.config.eos_token_id
         eos = eos[0] if eos else -1
         self.cache = cache
+        self.async_scheduling, self.in_flight = async_scheduling, None
         if cache == "blocks":
-            self.scheduler = sched.Scheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
-                                             eos=eos, enable_prefix_caching=enable_prefix_caching)
+            kind = AsyncScheduler if async_scheduling else sched.Scheduler
+            self.scheduler = kind(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
+                                  eos=eos, enable_prefix_caching=enable_prefix_caching)
             self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
         else:   # the same memory as token slots; a request's kv_indices is its block table of one-token pages
             slots = num_kvcache_blocks * block_size
@@ -240,6 +247,8 @@ class LLM:
 
     def step(self) -> list[sched.Sequence]:
         """One schedule / run / postprocess; returns the sequences that finished."""
+        if self.async_scheduling:
+            return self._step_ahead()
         running = {id(s) for s in self.scheduler.running}
         seqs, is_prefill = self.scheduler.schedule()
         self.preemptions += sum(id(s) in running for s in self.scheduler.waiting)
@@ -251,8 +260,36 @@ class LLM:
             self.runner.generators.pop(s.seq_id, None)
         return done
 
+    def _step_ahead(self) -> list[sched.Sequence]:
+        """Asynchronous scheduling: schedule step n+1 while step n is (notionally) running, take step n's tokens,
+        then run step n+1. Run on one device in order, so the placeholders are filled in before n+1 runs."""
+        running = {id(s) for s in self.scheduler.running}
+        ahead = None if self.scheduler.is_finished() else self.scheduler.schedule()
+        if ahead is not None:
+            self.preemptions += sum(id(s) in running for s in self.scheduler.waiting)
+        done = self.scheduler.postprocess(self.in_flight) if self.in_flight is not None else []
+        for s in done:
+            self.runner.generators.pop(s.seq_id, None)
+        if ahead is not None:
+            # a sequence that stopped on the step before has no blocks left: its wasted slot is counted, not run
+            live = [i for i, s in enumerate(ahead.seqs) if not s.is_finished]
+            seqs = [ahead.seqs[i] for i in live]
+            kept = [s.num_cached_tokens for s in seqs]
+            for i, s in zip(live, seqs):      # the runner reads the step's own range, as synchronously
+                s.num_cached_tokens, s.num_scheduled_tokens = ahead.starts[i], ahead.num_scheduled[i]
+            tokens = self.runner.run(seqs, ahead.is_prefill, self.params) if seqs else []
+            for s, c in zip(seqs, kept):
+                s.num_cached_tokens, s.num_scheduled_tokens = c, 0
+            ahead.tokens = [None] * len(ahead.seqs)
+            for i, t in zip(live, tokens):
+                ahead.tokens[i] = t if ahead.samples[i] else None
+            self.steps.append(("prefill" if ahead.is_prefill else "decode", ahead.num_batched_tokens,
+                               len(ahead.seqs)))
+        self.in_flight = ahead
+        return done
+
     def is_finished(self) -> bool:
-        return self.scheduler.is_finished()
+        return self.scheduler.is_finished() and self.in_flight is None
 
     def generate(self, prompts: list[list[int] | str],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
@@ -266,8 +303,9 @@ class LLM:
             bar = tqdm(total=len(seqs), desc="generating", unit="req")
         start, tokens = time.perf_counter(), 0
         while not self.is_finished():
+            before = len(self.steps)
             done = self.step()
-            tokens += self.steps[-1][1]
+            tokens += sum(n for _, n, _ in self.steps[before:])
             if bar is not None:
                 bar.update(len(done))
                 bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - start, 1e-9):.0f}")
