@@ -1,0 +1,221 @@
+"""Speculative decoding inside the nano-vllm Scheduler: draft tokens in the budget, look-ahead slots, rollback.
+
+A decode step normally computes one token per sequence: its last, sampled the step before. With speculation a
+cheap proposer first guesses the next d <= k tokens (`seq.draft_token_ids`), and the step computes all 1 + d
+of them at once, as a short chunk on top of the cached context. The target model's own token at each of those
+positions says how far the guess was right:
+
+    last, d1, d2, d3  ->  target tokens t1, t2, t3, t4      accepted: the drafts equal to t1, t2, ... in a row
+    d1 == t1, d2 != t2  ->  append d1 and the bonus token t2 (the target's own token where the draft went wrong)
+
+so a step appends between 1 and d + 1 tokens, and with greedy verification exactly the tokens plain decoding
+would have produced. The scheduler's side of it, which this module adds:
+
+- **budget**: each speculating sequence takes 1 + d tokens of `max_num_batched_tokens`: every decoding
+  sequence's own token first, then the drafts share what is left, in running order (drafts that do not fit
+  are cut; the first sequences keep theirs);
+- **look-ahead slots**: before the step the sequence gets blocks for every position it computes, the d draft
+  positions included (`LookaheadBlockManager.can_append` / `may_append`), and may be preempted for them;
+- **rollback**: after the step `num_cached_tokens` advances by 1 + accepted only; the KV written for rejected
+  drafts lies past it and is simply overwritten later, and a look-ahead block that holds nothing but rejected
+  drafts goes back to the free list (`LookaheadBlockManager.rollback`). Only blocks whose every token was
+  accepted are hashed for the prefix cache.
+
+>>> from servelab.engine import expected
+>>> sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, num_speculative_tokens=3)
+>>> a = Sequence([1, 2, 3], SamplingParams(max_tokens=7), name="A")
+>>> sch.add(a)
+>>> steps = run_speculative(sch, propose=oracle_proposer(expected([1, 2, 3], 7), accept=[2, 0, 3]))
+>>> a.completion_token_ids == expected([1, 2, 3], 7), [n for n, _, _ in steps]  # 4 steps, not 1 + 6
+(True, [3, 4, 3, 2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
+
+__all__ = ["LookaheadBlockManager", "SamplingParams", "Sequence", "SpecScheduler", "accept_greedy",
+           "fake_target", "oracle_proposer", "run_speculative"]
+
+
+def _blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+class LookaheadBlockManager(BlockManager):
+    """The block manager of servelab.scheduler, with slots for a sequence's draft tokens.
+
+    A decoding sequence has KV for its first len - 1 tokens, so it holds ceil((len - 1) / block_size) blocks.
+    A step that computes its last token and d drafts writes positions len - 1 .. len - 1 + d and needs
+    ceil((len + d) / block_size) blocks; with d = 0 that is the one-block rule `needs_new_block`.
+    """
+
+    def blocks_short(self, seq: Sequence) -> int:
+        """Blocks to take before the step: for the last token and every draft the step computes."""
+        return max(0, _blocks_for(len(seq) + len(seq.draft_token_ids), self.block_size) - len(seq.block_table))
+
+    def can_append(self, seq: Sequence) -> bool:
+        return self.num_free_blocks >= self.blocks_short(seq)
+
+    def may_append(self, seq: Sequence):
+        for _ in range(self.blocks_short(seq)):
+            seq.block_table.append(self._allocate_block())
+
+    def rollback(self, seq: Sequence) -> int:
+        """Give back the look-ahead blocks past the sequence's KV (they hold only rejected drafts); returns how
+        many. Such a block was taken for this step and never hashed: its only reference is this sequence's."""
+        keep = _blocks_for(seq.num_cached_tokens, self.block_size)
+        released = 0
+        while len(seq.block_table) > keep:
+            block = self.blocks[seq.block_table.pop()]
+            block.ref_count -= 1
+            assert block.ref_count == 0 and block.hash == -1, "a look-ahead block is the sequence's alone"
+            self._deallocate_block(block.block_id)
+            released += 1
+        return released
+
+
+class SpecScheduler(Scheduler):
+    """Prefill first as before; a decode step computes each sequence's last token and its drafts.
+
+    The proposer runs between steps and sets `seq.draft_token_ids` (at most `num_speculative_tokens`; fewer near
+    `max_tokens`, since tokens past it would be thrown away). `postprocess` takes, per sequence, the tokens the
+    step appends: for a decode step the accepted drafts and the bonus token (`accept_greedy`), for a prefill
+    step the one sampled token, as a list of one.
+    """
+
+    def __init__(self, *args, num_speculative_tokens: int = 3, **kwargs):
+        super().__init__(*args, **kwargs)
+        if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) \
+                or num_speculative_tokens < 0:
+            raise ValueError(f"num_speculative_tokens must be an int >= 0, got {num_speculative_tokens!r}")
+        bm = self.block_manager
+        self.block_manager = LookaheadBlockManager(len(bm.blocks), bm.block_size, bm.enable_prefix_caching)
+        self.num_speculative_tokens = num_speculative_tokens
+        self.num_draft_tokens = 0       # drafts scheduled (and so computed)
+        self.num_accepted_tokens = 0    # drafts the target agreed with
+        self.num_released_blocks = 0    # look-ahead blocks given back by rollbacks
+        self.num_cut_draft_tokens = 0   # drafts proposed but left out for want of budget
+
+    def add(self, seq: Sequence):
+        super().add(seq)
+        seq.draft_token_ids = []
+
+    def max_drafts(self, seq: Sequence) -> int:
+        """Drafts worth proposing: k, or fewer when the step would pass `max_tokens` (it appends up to d + 1)."""
+        return max(0, min(self.num_speculative_tokens, seq.max_tokens - seq.num_completion_tokens - 1))
+
+    def _fit_drafts(self):
+        """Cut drafts to the token budget: each decoding sequence's own token first, then the drafts share what
+        is left, in running order (the first sequences keep theirs)."""
+        decoding = list(self.running)[:self.max_num_seqs]
+        left = self.max_num_batched_tokens - len(decoding)
+        for seq in decoding:
+            d = min(len(seq.draft_token_ids), self.max_drafts(seq), max(0, left))
+            self.num_cut_draft_tokens += len(seq.draft_token_ids) - d
+            del seq.draft_token_ids[d:]
+            left -= d
+
+    def schedule(self) -> tuple[list[Sequence], bool]:
+        self._fit_drafts()
+        seqs, is_prefill = super().schedule()   # the look-ahead block manager takes the drafts' slots
+        if not is_prefill:
+            for seq in seqs:
+                seq.num_scheduled_tokens = 1 + len(seq.draft_token_ids)
+                self.num_draft_tokens += len(seq.draft_token_ids)
+        return seqs, is_prefill
+
+    def preempt(self, seq: Sequence):
+        seq.draft_token_ids = []
+        super().preempt(seq)
+
+    def postprocess(self, seqs: list[Sequence], token_ids: list[list[int]], is_prefill: bool) -> list[Sequence]:
+        """Append each sequence's accepted drafts and bonus token, roll back past them, free finished ones.
+        Returns the sequences that finished this step."""
+        if is_prefill:
+            return super().postprocess(seqs, [t[0] for t in token_ids], is_prefill)
+        finished = []
+        for seq, tokens in zip(seqs, token_ids, strict=True):
+            accepted = len(tokens) - 1
+            if not 0 <= accepted <= len(seq.draft_token_ids) or tokens[:accepted] != seq.draft_token_ids[:accepted]:
+                raise ValueError(f"{seq.name}: a step appends its accepted drafts and one bonus token, got {tokens} "
+                                 f"for drafts {seq.draft_token_ids}")
+            seq.draft_token_ids = []
+            stop, n = False, 0
+            for token in tokens:
+                seq.append_token(token)
+                n += 1
+                if (not seq.ignore_eos and token == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+                    stop = True
+                    break
+            # the KV that stays valid: the last token's and the accepted drafts' up to a stop (a stopping token
+            # has no KV to keep); only blocks made of those tokens are complete, so only they are hashed
+            self.num_accepted_tokens += min(accepted, n)
+            seq.num_scheduled_tokens = 1 + min(accepted, n - 1)
+            self.block_manager.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if stop:
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                self.running.remove(seq)
+                finished.append(seq)
+            else:
+                self.num_released_blocks += self.block_manager.rollback(seq)
+        return finished
+
+
+def fake_target(tokens: list[int]) -> int:
+    """servelab.engine's fake model as a function of a sequence's tokens: the token it samples after them."""
+    return (sum(tokens) * 31 + 7) % 1000
+
+
+def accept_greedy(seq: Sequence, target: Callable[[list[int]], int] = fake_target) -> list[int]:
+    """Greedy verification of `seq.draft_token_ids`: the drafts the target agrees with, then its own token at the
+    first disagreement (or after the last draft). What plain greedy decoding would append, in one step."""
+    context, out = list(seq.token_ids), []
+    for draft in seq.draft_token_ids:
+        t = target(context)
+        out.append(t)
+        if t != draft:
+            return out
+        context.append(t)
+    out.append(target(context))
+    return out
+
+
+def oracle_proposer(truth: list[int], accept: list[int]) -> Callable[[Sequence, int], list[int]]:
+    """A proposer for one sequence that knows the true continuation `truth` and gets `accept[j]` drafts right
+    at its j-th proposal (cycling), then one wrong; for worked examples and tests."""
+    calls = [0]
+
+    def propose(seq: Sequence, k: int) -> list[int]:
+        done = seq.num_completion_tokens
+        right = accept[calls[0] % len(accept)]
+        calls[0] += 1
+        guess = truth[done:done + k]
+        return [t if i < right else t + 1 for i, t in enumerate(guess)][:k]
+    return propose
+
+
+def run_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
+                    target: Callable[[list[int]], int] = fake_target,
+                    max_steps: int = 100_000) -> list[tuple[int, int, bool]]:
+    """Drive `scheduler`: propose drafts for the running sequences, schedule, verify greedily, postprocess.
+    Returns (tokens computed, sequences, is_prefill) per step."""
+    steps = []
+    while not scheduler.is_finished():
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        for seq in scheduler.running:
+            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
+        seqs, is_prefill = scheduler.schedule()
+        steps.append((sum(s.num_scheduled_tokens for s in seqs), len(seqs), is_prefill))
+        if is_prefill:
+            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
+        else:
+            out = [accept_greedy(s, target) for s in seqs]
+        scheduler.postprocess(seqs, out, is_prefill)
+    return steps

@@ -1,0 +1,172 @@
+"""Speculative decoding in the nano-vllm Scheduler (servelab.spec_decode): the accounting, look-ahead slots and
+rollback, and greedy verification that appends exactly what plain decoding appends.
+
+Seeded workloads with end-of-sequence tokens, chunked prefills, preemption and prefix-cache hits run with and
+without speculation (drafts right with a seeded probability); every request's tokens are the same, every block
+comes back, and the bookkeeping is checked step by step on hand-made cases.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servelab.engine import Engine, expected
+from servelab.scheduler import SamplingParams, Scheduler, Sequence
+from servelab.spec_decode import SpecScheduler, accept_greedy, fake_target, oracle_proposer, run_speculative
+
+VOCAB, EOS = 8, 3
+
+
+def small_target(tokens):
+    return fake_target(tokens) % VOCAB
+
+
+def small_vocab_sync(seqs):
+    return [small_target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens]) for s in seqs]
+
+
+def random_proposer(rng: random.Random, alpha: float):
+    """Each draft equals the target's token with probability alpha, given the drafts before it were right."""
+    def propose(seq, k):
+        context, out = list(seq.token_ids), []
+        for _ in range(k):
+            t = small_target(context)
+            d = t if rng.random() < alpha else (t + 1) % VOCAB
+            out.append(d)
+            context.append(d)
+        return out
+    return propose
+
+
+def workload(rng: random.Random):
+    shared = [rng.randrange(1, 50) for _ in range(rng.choice([0, 4, 9]))]
+    reqs = []
+    for k in range(rng.randint(1, 10)):
+        prompt = (shared if rng.random() < 0.5 else []) + [rng.randrange(1, 50) for _ in range(rng.randint(1, 16))]
+        reqs.append((f"r{k}", prompt, rng.randint(1, 14), rng.random() < 0.3))
+    config = dict(block_size=rng.choice([1, 2, 4]), max_num_batched_tokens=rng.choice([4, 8, 64]),
+                  max_num_seqs=rng.choice([1, 3, 8]), eos=EOS, enable_prefix_caching=rng.random() < 0.7)
+    k = rng.choice([1, 2, 4])
+    need = max(-(-(len(p) + m - 1 + k) // config["block_size"]) for _, p, m, _ in reqs)
+    config["num_blocks"] = need + rng.choice([0, 1, 3, 40])
+    return config, k, reqs
+
+
+def seqs_of(reqs):
+    return [Sequence(p, SamplingParams(max_tokens=m, ignore_eos=ig), name=n) for n, p, m, ig in reqs]
+
+
+def test_speculation_generates_what_plain_decoding_generates():
+    seen = {"released": 0, "preempt": 0, "cut": 0, "eos": 0, "accepted": 0, "rejected": 0}
+    for seed in range(250):
+        rng = random.Random(seed)
+        config, k, reqs = workload(rng)
+        plain = seqs_of(reqs)
+        Engine(Scheduler(**config), model=small_vocab_sync).run(plain)
+        spec = SpecScheduler(**config, num_speculative_tokens=k)
+        mine = seqs_of(reqs)
+        for s in mine:
+            spec.add(s)
+        preempt = spec.preempt
+        count = {"preempt": 0}
+
+        def counting(seq, _real=preempt, _count=count):
+            _count["preempt"] += 1
+            _real(seq)
+        spec.preempt = counting
+        steps = run_speculative(spec, random_proposer(rng, rng.choice([0.3, 0.7, 0.95])), small_target)
+        for a, b in zip(plain, mine):
+            assert b.completion_token_ids == a.completion_token_ids, (seed, a.name)
+        assert spec.block_manager.num_free_blocks == config["num_blocks"], seed
+        # drafts only fill what the one-token decodes leave of the budget
+        assert all(n <= max(config["max_num_batched_tokens"], b) for n, b, prefill in steps if not prefill), seed
+        seen["released"] += spec.num_released_blocks > 0
+        seen["preempt"] += count["preempt"] > 0
+        seen["cut"] += spec.num_cut_draft_tokens > 0
+        seen["eos"] += any(s.completion_token_ids and s.completion_token_ids[-1] == EOS and not s.ignore_eos
+                           for s in mine)
+        seen["accepted"] += spec.num_accepted_tokens > 0
+        seen["rejected"] += spec.num_draft_tokens > spec.num_accepted_tokens
+    assert all(v >= 10 for v in seen.values()), seen
+
+
+def test_a_verification_step_schedules_b_times_k_plus_one_tokens_and_cuts_drafts_to_the_budget():
+    sch = SpecScheduler(num_blocks=32, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                        num_speculative_tokens=3)
+    seqs = [Sequence([i + 1, i + 2], SamplingParams(max_tokens=10), name=f"s{i}") for i in range(4)]
+    for s in seqs:
+        sch.add(s)
+    seqs_, is_prefill = sch.schedule()
+    sch.postprocess(seqs_, [[fake_target(s.token_ids)] for s in seqs_], True)
+    for s in seqs:
+        s.draft_token_ids = [7, 7, 7]
+    batch, is_prefill = sch.schedule()
+    assert not is_prefill and [s.num_scheduled_tokens for s in batch] == [4, 4, 4, 4]   # B * (k + 1) = 16
+    sch.postprocess(batch, [accept_greedy(s) for s in batch], False)
+    sch.max_num_batched_tokens = 10        # four decode tokens first; the 6 left go to the first two's drafts
+    for s in seqs:
+        s.draft_token_ids = [7, 7, 7]
+    batch, _ = sch.schedule()
+    assert [s.num_scheduled_tokens for s in batch] == [4, 4, 1, 1]
+
+
+def test_look_ahead_blocks_are_taken_before_the_step_and_given_back_on_rejection():
+    # prompt of 4 in blocks of 4; after the prefill the last token (position 4) opens block 1, and 3 drafts
+    # (positions 5-7) fit in it; with 4 drafts position 8 needs block 2 as well
+    truth = expected([1, 2, 3, 4], 12)
+    sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=32, num_speculative_tokens=4)
+    a = Sequence([1, 2, 3, 4], SamplingParams(max_tokens=12), name="A")
+    sch.add(a)
+    seqs, _ = sch.schedule()
+    sch.postprocess(seqs, [[truth[0]]], True)
+    assert len(a.block_table) == 1 and a.num_cached_tokens == 4
+    a.draft_token_ids = [truth[1], truth[2] + 1, 0, 0]      # one right, then wrong
+    seqs, is_prefill = sch.schedule()
+    assert not is_prefill and len(a.block_table) == 3 and a.num_scheduled_tokens == 5   # look-ahead: 2 blocks
+    sch.postprocess(seqs, [accept_greedy(a)], False)
+    assert a.completion_token_ids == truth[:3]                # the accepted draft and the bonus token
+    assert a.num_cached_tokens == 6                            # positions 0-5 have KV; the rest was rolled back
+    assert len(a.block_table) == 2 and sch.num_released_blocks == 1
+    assert sch.num_draft_tokens == 4 and sch.num_accepted_tokens == 1   # rejected drafts are not generated tokens
+
+
+def test_only_blocks_of_accepted_tokens_are_hashed():
+    truth = expected([5, 6, 7], 8)
+    sch = SpecScheduler(num_blocks=8, block_size=2, max_num_batched_tokens=32, num_speculative_tokens=3)
+    a = Sequence([5, 6, 7], SamplingParams(max_tokens=8), name="A")
+    sch.add(a)
+    seqs, _ = sch.schedule()
+    sch.postprocess(seqs, [[truth[0]]], True)                  # block 0 = [5, 6] hashed; position 2 in block 1
+    a.draft_token_ids = [truth[1] + 1, 0, 0]                    # all wrong: only the last token's KV stays
+    seqs, _ = sch.schedule()
+    sch.postprocess(seqs, [accept_greedy(a)], False)
+    hashed = [b for b in sch.block_manager.blocks if b.hash != -1]
+    assert [b.token_ids for b in hashed] == [[5, 6], [7, truth[0]]]   # block 1 holds two accepted tokens
+    assert a.num_cached_tokens == 4 and len(a.block_table) == 2
+
+
+def test_a_stop_inside_the_accepted_tokens_drops_the_rest():
+    truth = expected([1, 2], 6)
+    sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=32, num_speculative_tokens=3,
+                        eos=truth[2])
+    a = Sequence([1, 2], SamplingParams(max_tokens=6), name="A")
+    sch.add(a)
+    steps = run_speculative(sch, oracle_proposer(truth, accept=[3]))
+    assert a.completion_token_ids == truth[:3] and [n for n, _, _ in steps] == [2, 4]
+    assert sch.block_manager.num_free_blocks == 8
+
+
+def test_malformed_verification_and_parameters_are_refused():
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        SpecScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, num_speculative_tokens=-1)
+    sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, num_speculative_tokens=2)
+    a = Sequence([1, 2], SamplingParams(max_tokens=6), name="A")
+    sch.add(a)
+    seqs, _ = sch.schedule()
+    sch.postprocess(seqs, [[fake_target(a.token_ids)]], True)
+    a.draft_token_ids = [4, 5]
+    seqs, _ = sch.schedule()
+    with pytest.raises(ValueError, match="accepted drafts and one bonus token"):
+        sch.postprocess(seqs, [[9, 9, 9, 9]], False)
