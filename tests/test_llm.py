@@ -290,3 +290,28 @@ def test_asynchronous_sampling_and_eos_match_synchronous(tiny):
 def test_asynchronous_scheduling_needs_the_block_cache(tiny):
     with pytest.raises(ValueError, match="use cache=\"blocks\""):
         L.LLM(tiny, cache="radix", async_scheduling=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_speculative_decoding_generates_what_greedy_decoding_generates_alone(tiny, seed):
+    """Prompt-lookup drafts verified greedily in one pass over k + 1 tokens: the same tokens as one-token steps
+    (where a top-2 logit gap is a near tie, up to that step)."""
+    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=40, max_num_batched_tokens=16, max_num_seqs=4,
+                   num_speculative_tokens=3)
+    reqs = [(a, p, L.SamplingParams(temperature=0, max_tokens=3 * n, ignore_eos=True))
+            for a, p, n in _workload(seed)]
+    got = L.serve(engine, reqs)
+    sch = engine.scheduler
+    assert sch.num_accepted_tokens and sch.num_draft_tokens > sch.num_accepted_tokens and sch.num_released_blocks
+    assert sch.block_manager.num_free_blocks == 40
+    for i, (_, prompt, p) in enumerate(reqs):
+        want, tie = _alone(tiny, prompt, p.max_tokens)
+        assert got[i][:tie] == want[:tie], (i, got[i], want)
+
+
+def test_speculative_decoding_is_greedy_and_synchronous_only(tiny):
+    engine = L.LLM(tiny, num_speculative_tokens=2)
+    with pytest.raises(ValueError, match="temperature=0"):
+        engine.add_request([1, 2, 3], L.SamplingParams(temperature=1.0))
+    with pytest.raises(ValueError, match="synchronous scheduling"):
+        L.LLM(tiny, num_speculative_tokens=2, async_scheduling=True)

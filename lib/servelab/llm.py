@@ -34,6 +34,7 @@ from servelab import scheduler as sched
 from servelab.async_scheduler import AsyncScheduler
 from servelab.model import Model, causal_attention, load_checkpoint
 from servelab.radix_scheduler import RadixScheduler, Req
+from servelab.spec_decode import SpecScheduler, ngram_propose
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,25 @@ def prepare_decode(seqs: list[sched.Sequence], block_size: int) -> Batch:
     for c in ctx:
         cu_k.append(cu_k[-1] + c)
     return _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, False)
+
+
+def prepare_verify(seqs: list[sched.Sequence], block_size: int) -> Batch:
+    """A speculative decode step: each sequence computes its last token and its drafts, positions len - 1 ..
+    len - 1 + d, into the slots their look-ahead blocks give, as a chunk on top of its cached context; every row
+    gets logits (`last_rows` is every row)."""
+    ids, pos, slots, cu_q, cu_k, ctx = [], [], [], [0], [0], []
+    for s in seqs:
+        start = len(s) - 1
+        new = [s.last_token, *s.draft_token_ids]
+        ids += new
+        pos += range(start, start + len(new))
+        slots += [s.block_table[p // block_size] * block_size + p % block_size for p in range(start, start + len(new))]
+        cu_q.append(cu_q[-1] + len(new))
+        cu_k.append(cu_k[-1] + start + len(new))
+        ctx.append(start + len(new))
+    batch = _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, True)
+    batch.last_rows = torch.arange(len(ids))
+    return batch
 
 
 def _batch(ids, pos, slots, cu_q, cu_k, ctx, seqs, is_prefill) -> Batch:
@@ -181,6 +201,28 @@ class ModelRunner:
             tokens.append(self.sample(s.seq_id, row, params[s.seq_id]) if appends else -1)
         return tokens
 
+    @torch.no_grad()
+    def verify(self, seqs: list[sched.Sequence]) -> list[list[int]]:
+        """One pass over each sequence's last token and its drafts (`seq.draft_token_ids`), as a chunk on its
+        cached context; greedy acceptance: the drafts equal to the argmax before them, then the argmax where the
+        first one differs (or after the last): what greedy decoding appends, one token a step."""
+        batch = prepare_verify(seqs, self.block_size)
+        if self.device.type != "cpu":
+            batch = Batch(*(getattr(batch, f).to(self.device) if isinstance(getattr(batch, f), torch.Tensor)
+                            else getattr(batch, f) for f in Batch.__dataclass_fields__))
+        hidden = self.model(batch.input_ids, batch.positions, self.attend(batch))
+        best = self.model.logits(hidden).argmax(-1).tolist()
+        out = []
+        for i, s in enumerate(seqs):
+            rows = best[int(batch.cu_seqlens_q[i]):int(batch.cu_seqlens_q[i + 1])]
+            tokens = [rows[0]]
+            for draft, nxt in zip(s.draft_token_ids, rows[1:]):
+                if draft != tokens[-1]:
+                    break
+                tokens.append(nxt)
+            out.append(tokens)
+        return out
+
     def sample(self, seq_id: int, logits: torch.Tensor, p: SamplingParams) -> int:
         if p.temperature == 0:
             return int(logits.argmax())
@@ -194,9 +236,12 @@ class LLM:
     def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
                  cache: str = "blocks", attention: str = "torch", tokenizer: str | Path | None = None,
-                 async_scheduling: bool = False):
+                 async_scheduling: bool = False, num_speculative_tokens: int = 0):
         if cache not in ("blocks", "radix"):
             raise ValueError(f"cache={cache!r}: \"blocks\" (nano-vllm's block-hash cache) or \"radix\" (SGLang's)")
+        if num_speculative_tokens and (cache != "blocks" or async_scheduling):
+            raise ValueError("speculative decoding (num_speculative_tokens > 0) runs on the block-hash cache with "
+                             "synchronous scheduling: use cache=\"blocks\" and async_scheduling=False")
         if async_scheduling and cache != "blocks":
             raise ValueError("async_scheduling=True schedules ahead with servelab.async_scheduler, which runs on the "
                              "block-hash cache: use cache=\"blocks\"")
@@ -212,7 +257,13 @@ class LLM:
         eos = eos[0] if eos else -1
         self.cache = cache
         self.async_scheduling, self.in_flight = async_scheduling, None
-        if cache == "blocks":
+        self.num_speculative_tokens = num_speculative_tokens
+        if num_speculative_tokens:
+            self.scheduler = SpecScheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
+                                           eos=eos, enable_prefix_caching=enable_prefix_caching,
+                                           num_speculative_tokens=num_speculative_tokens)
+            self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
+        elif cache == "blocks":
             kind = AsyncScheduler if async_scheduling else sched.Scheduler
             self.scheduler = kind(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
                                   eos=eos, enable_prefix_caching=enable_prefix_caching)
@@ -236,6 +287,8 @@ class LLM:
             prompt = self.tokenizer.encode(prompt).ids
         if not prompt or any(not 0 <= int(t) < vocab for t in prompt):
             raise ValueError(f"a prompt is a non-empty list of token ids in [0, {vocab})")
+        if self.num_speculative_tokens and p.temperature != 0:
+            raise ValueError("speculative decoding here verifies greedily: use SamplingParams(temperature=0)")
         if self.cache == "radix":
             seq = Req([int(t) for t in prompt], p.max_tokens, ignore_eos=p.ignore_eos)
         else:
@@ -249,6 +302,8 @@ class LLM:
         """One schedule / run / postprocess; returns the sequences that finished."""
         if self.async_scheduling:
             return self._step_ahead()
+        if self.num_speculative_tokens:
+            return self._step_speculative()
         running = {id(s) for s in self.scheduler.running}
         seqs, is_prefill = self.scheduler.schedule()
         self.preemptions += sum(id(s) in running for s in self.scheduler.waiting)
@@ -287,6 +342,22 @@ class LLM:
                                len(ahead.seqs)))
         self.in_flight = ahead
         return done
+
+    def _step_speculative(self) -> list[sched.Sequence]:
+        """Prompt-lookup drafts for every running sequence, then one step that verifies them greedily."""
+        sch = self.scheduler
+        for seq in sch.running:
+            seq.draft_token_ids = ngram_propose(seq.token_ids, sch.max_drafts(seq))
+        running = {id(s) for s in sch.running}
+        seqs, is_prefill = sch.schedule()
+        self.preemptions += sum(id(s) in running for s in sch.waiting)
+        self.steps.append(("prefill" if is_prefill else "decode", sum(s.num_scheduled_tokens for s in seqs),
+                           len(seqs)))
+        if is_prefill:
+            tokens = [[t] for t in self.runner.run(seqs, True, self.params)]
+        else:
+            tokens = self.runner.verify(seqs)
+        return sch.postprocess(seqs, tokens, is_prefill)
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished() and self.in_flight is None

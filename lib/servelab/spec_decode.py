@@ -37,7 +37,7 @@ from collections.abc import Callable
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
 
 __all__ = ["LookaheadBlockManager", "SamplingParams", "Sequence", "SpecScheduler", "accept_greedy",
-           "fake_target", "oracle_proposer", "run_speculative"]
+           "fake_target", "ngram_propose", "oracle_proposer", "run_speculative"]
 
 
 def _blocks_for(num_tokens: int, block_size: int) -> int:
@@ -165,6 +165,26 @@ class SpecScheduler(Scheduler):
             else:
                 self.num_released_blocks += self.block_manager.rollback(seq)
         return finished
+
+
+def ngram_propose(token_ids: list[int], k: int, min_n: int = 1, max_n: int = 3) -> list[int]:
+    """Prompt-lookup drafting: find the longest n-gram (min_n <= n <= max_n) that ends the sequence and also
+    occurs earlier in it (its earliest occurrence), and propose the up to k tokens that followed it there.
+
+    >>> ngram_propose([5, 1, 2, 3, 9, 9, 1, 2], k=3)      # [1, 2] occurred at position 1, followed by 3, 9, 9
+    [3, 9, 9]
+    >>> ngram_propose([1, 2, 3], k=3)                     # no n-gram repeats: no drafts
+    []
+    """
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+    total = len(token_ids)
+    for n in range(min(max_n, total - 1), min_n - 1, -1):
+        suffix = token_ids[total - n:]
+        for j in range(total - n):
+            if token_ids[j:j + n] == suffix:
+                return list(token_ids[j + n:j + n + k])
+    return []
 
 
 def fake_target(tokens: list[int]) -> int:
