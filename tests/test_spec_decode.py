@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from servelab import costmodel
 from servelab.engine import Engine, expected
 from servelab.scheduler import SamplingParams, Scheduler, Sequence
 from servelab.spec_decode import SpecScheduler, accept_greedy, fake_target, oracle_proposer, run_speculative
@@ -170,3 +171,60 @@ def test_malformed_verification_and_parameters_are_refused():
     seqs, _ = sch.schedule()
     with pytest.raises(ValueError, match="accepted drafts and one bonus token"):
         sch.postprocess(seqs, [[9, 9, 9, 9]], False)
+
+
+# ---- the closed forms -----------------------------------------------------------------------------------------
+
+def test_expected_tokens_per_step_is_the_geometric_sum_and_what_a_run_appends():
+    from servelab.spec_decode import expected_tokens_per_step
+
+    for alpha in (0.0, 0.3, 0.7, 0.95, 1.0):
+        for k in (0, 1, 4):
+            assert expected_tokens_per_step(alpha, k) == pytest.approx(sum(alpha ** i for i in range(k + 1)))
+    # simulated: one long request, drafts right with probability 0.7 each, k = 4, no max_tokens cap in reach
+    rng = random.Random(7)
+    sch = SpecScheduler(num_blocks=800, block_size=4, max_num_batched_tokens=64, num_speculative_tokens=4)
+    a = Sequence([1, 2, 3], SamplingParams(max_tokens=3000, ignore_eos=True), name="A")
+    sch.add(a)
+    steps = run_speculative(sch, random_proposer(rng, 0.7), small_target)
+    decodes = [n for n, _, prefill in steps if not prefill]
+    full = decodes[:-3]                               # the last steps propose fewer drafts near max_tokens
+    per_step = (sch.num_accepted_tokens + len(decodes)) / len(decodes)
+    assert all(n == 5 for n in full)
+    assert per_step == pytest.approx(expected_tokens_per_step(0.7, 4), rel=0.05)
+
+
+def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_batch():
+    from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B
+    from servelab.spec_decode import crossover_batch, expected_tokens_per_step, speculative_speedup
+
+    # batch 1 is memory-bound with or without drafts: the step costs the same, so the speedup is E tokens
+    assert speculative_speedup(LLAMA3_8B, H100_SXM, 1, 512, 4, 0.7) == pytest.approx(
+        expected_tokens_per_step(0.7, 4), rel=1e-3)
+    assert speculative_speedup(LLAMA3_8B, H100_SXM, 64, 512, 0, 0.7) == 1.0     # no drafts: no change
+    draft = costmodel.ModelSpec("draft", num_layers=4, hidden_size=1024, num_heads=8, num_kv_heads=8, head_dim=128,
+                                intermediate_size=2816, vocab_size=128256)
+    for model, context, k, alpha, d in [(LLAMA3_8B, 128, 4, 0.7, None), (LLAMA3_8B, 256, 2, 0.6, draft),
+                                        (LLAMA2_7B, 128, 4, 0.7, None), (LLAMA3_8B, 2048, 4, 0.7, None)]:
+        speedups = [speculative_speedup(model, H100_SXM, b, context, k, alpha, d) for b in range(1, 1500)]
+        first = next((b for b, s in enumerate(speedups, start=1) if s <= 1), None)
+        assert crossover_batch(model, H100_SXM, context, k, alpha, d, max_batch=1499) == first
+        if first is not None:
+            assert speedups[0] > 1 and speedups[first - 2] > 1
+    assert crossover_batch(LLAMA3_8B, H100_SXM, 2048, 4, 0.7) is None   # long contexts: KV reads keep it memory-bound
+    # a draft model's own steps cost time at every batch: speculation loses sooner than with free drafts
+    assert crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7, draft) < crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7)
+
+
+def test_bad_parameters_of_the_closed_forms_are_refused():
+    from servelab.costmodel import H100_SXM, LLAMA3_8B
+    from servelab.spec_decode import expected_tokens_per_step, speculative_speedup
+
+    with pytest.raises(ValueError, match="alpha"):
+        expected_tokens_per_step(1.5, 3)
+    with pytest.raises(ValueError, match="k must be"):
+        expected_tokens_per_step(0.5, -1)
+    with pytest.raises(ValueError, match="batch must be"):
+        speculative_speedup(LLAMA3_8B, H100_SXM, 0, 512, 4, 0.7)
+    with pytest.raises(ValueError, match="context_len must be"):
+        speculative_speedup(LLAMA3_8B, H100_SXM, 1, -5, 4, 0.7)
