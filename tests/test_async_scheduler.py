@@ -177,3 +177,23 @@ def test_it_refuses_what_can_never_fit_like_the_synchronous_scheduler():
     sch = AsyncScheduler(num_blocks=2, block_size=2, max_num_batched_tokens=8)
     with pytest.raises(ValueError, match="could never finish"):
         sch.add(Sequence([1, 2, 3, 4], SamplingParams(max_tokens=2)))
+
+
+def test_overlap_speedup_is_the_sum_over_the_longer_of_cpu_and_gpu_time():
+    from servelab.async_scheduler import overlap_speedup
+
+    assert overlap_speedup(1.0, 1.0) == 2.0 and overlap_speedup(0.0, 3.0) == 1.0
+    for r in (0.1, 0.5, 2.0, 10.0):
+        assert overlap_speedup(r, 1.0) == pytest.approx(1 + min(r, 1 / r))
+    with pytest.raises(ValueError, match="cpu_s must be"):
+        overlap_speedup(-1, 1)
+    with pytest.raises(ValueError, match="both be 0"):
+        overlap_speedup(0, 0)
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    from servelab import async_scheduler
+
+    assert doctest.testmod(async_scheduler).failed == 0

@@ -228,3 +228,11 @@ def test_bad_parameters_of_the_closed_forms_are_refused():
         speculative_speedup(LLAMA3_8B, H100_SXM, 0, 512, 4, 0.7)
     with pytest.raises(ValueError, match="context_len must be"):
         speculative_speedup(LLAMA3_8B, H100_SXM, 1, -5, 4, 0.7)
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    from servelab import spec_decode
+
+    assert doctest.testmod(spec_decode).failed == 0

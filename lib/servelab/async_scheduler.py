@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from servelab.scheduler import SamplingParams, Scheduler, Sequence, SequenceStatus, needs_new_block
 
-__all__ = ["AsyncScheduler", "SamplingParams", "Sequence", "Step", "fake_model", "run_async"]
+__all__ = ["AsyncScheduler", "SamplingParams", "Sequence", "Step", "fake_model", "overlap_speedup", "run_async"]
 
 
 @dataclass
@@ -240,3 +240,20 @@ def run_async(scheduler: AsyncScheduler, model: Callable[[Step], list] = fake_mo
             steps.append(ahead)
         in_flight = ahead
     return steps
+
+
+def overlap_speedup(cpu_s: float, gpu_s: float) -> float:
+    """Steps per second with scheduling overlapped over steps per second without: a synchronous step takes the
+    CPU's scheduling and preparation and then the GPU's forward, cpu_s + gpu_s; overlapped, the longer of the
+    two, max(cpu_s, gpu_s). 2x at most, when the two are equal; as the ratio r = cpu_s / gpu_s moves away from
+    1 it falls to (1 + r) (r < 1) or (1 + 1/r) (r > 1).
+
+    >>> overlap_speedup(1e-3, 4e-3), overlap_speedup(4e-3, 4e-3), overlap_speedup(8e-3, 2e-3)
+    (1.25, 2.0, 1.25)
+    """
+    for name, value in (("cpu_s", cpu_s), ("gpu_s", gpu_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    if cpu_s == gpu_s == 0:
+        raise ValueError("a step takes some time: cpu_s and gpu_s cannot both be 0")
+    return (cpu_s + gpu_s) / max(cpu_s, gpu_s)
