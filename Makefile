@@ -87,6 +87,7 @@ bench: setup
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_engine.py --write
 	$(BIN)/python scripts/bench_vllm_scheduler.py --write
+	$(BIN)/python scripts/bench_simulator.py -n 20000
 
 clean:
 	rm -rf $(VENV) autograder/gradebook.db autograder/submitted autograder/autograded autograder/feedback

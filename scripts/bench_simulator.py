@@ -9,8 +9,9 @@ clipped at 8192 and 2048), arriving at `--rate` requests per second. For each po
 the wall time of `simulate` alone (the workload is built once, outside the timing), requests and steps
 simulated per wall second, and a few simulated figures so a run that got faster by doing less shows up.
 The policies: nano-vllm's prefill-first steps, the budgeted mixed step (FCFS and shortest-prompt-first
-prefill), and the mixed step behind chapter 03's admission rule (TPOT 30 ms, TTFT 1 s), which also prices
-the per-arrival backlog check. Nothing is asserted: the figures are for reading.
+prefill), the mixed step behind chapter 03's admission rule (TPOT 30 ms, TTFT 1 s), which also prices
+the per-arrival backlog check, and the mixed step under memory pressure (100,000 tokens of KV) with chapter 08's
+swap preemption, which prices every swap's copies. Nothing is asserted: the figures are for reading.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from servelab.simulator import (
     MixedBudget,
     PrefillFirst,
     Requests,
+    Swap,
     lognormal_lengths,
     poisson_arrivals,
     simulate,
@@ -63,13 +65,14 @@ def main() -> None:
              f"{'sim tok/s':>10} {'TTFT p99 s':>11} {'TPOT p99 s':>11} {'max gap s':>10} {'rejected':>9}"
     print(header)
     print("-" * len(header))
-    runs = [("prefill-first", PrefillFirst(), None),
-            ("mixed-budget", MixedBudget(), None),
-            ("mixed, shortest first", MixedBudget(prefill_order="shortest_first"), None),
-            ("mixed + admission rule", MixedBudget(), _admission_rule())]
-    for label, policy, admission in runs:
+    runs = [("prefill-first", PrefillFirst(), {}),
+            ("mixed-budget", MixedBudget(), {}),
+            ("mixed, shortest first", MixedBudget(prefill_order="shortest_first"), {}),
+            ("mixed + admission rule", MixedBudget(), {"admission": _admission_rule()}),
+            ("mixed, swap, 100k KV", MixedBudget(), {"kv_capacity_tokens": 100_000, "preemption": Swap()})]
+    for label, policy, kwargs in runs:
         t0 = time.perf_counter()
-        result = simulate(requests, policy, LLAMA3_8B, H100_SXM, admission=admission)
+        result = simulate(requests, policy, LLAMA3_8B, H100_SXM, **kwargs)
         wall = time.perf_counter() - t0
         s = result.summary()
         print(f"{label:<24} {wall:>7.2f} {n / wall:>11,.0f} {s['steps']:>8,} {s['steps'] / wall:>13,.0f} "

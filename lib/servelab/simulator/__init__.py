@@ -36,6 +36,11 @@ step by step (the cache is kv_capacity // block_size blocks), recompute preempti
 `MixedBudget(prefill_order="shortest_first")` hands the leftover budget to the prompts with the fewest
 tokens left instead of the oldest: scheduling by the half of a request's work that is known on arrival.
 
+Preemption: `simulate(..., preemption="recompute")` (the default) drops a victim's KV, to be prefilled again;
+`preemption=Swap(host_kv_tokens, link_bandwidth, copy_latency_s, block_size)` (or "swap" with defaults) copies
+it to a host pool and back, one copy per block per layer per K and V, and adds the copy time to the step that
+makes it (`SimResult.step_swap_s`); when the host pool is full the victim is recomputed (`preemption` module).
+
 Admission control: `simulate(..., admission=rule)` asks `rule(state, i)` about each request as it arrives;
 a rejected request is never served (no tokens, NaN latencies) and counts against goodput.
 `BacklogAdmission` is the rule derived from the TTFT and TPOT targets (`costmodel.max_backlog_tokens`):
@@ -47,7 +52,7 @@ policy and keeps every step's (request id, tokens) pairs, for tables and for ste
 
 One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
-`v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`),
+`v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`), `preemption` (`Swap`),
 `loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
 `servelab.simulator` itself.
 
@@ -77,6 +82,7 @@ from servelab.simulator.arrivals import (
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
+from servelab.simulator.preemption import Swap
 from servelab.simulator.state import ServingState
 from servelab.simulator.v1 import V1
 
@@ -89,6 +95,7 @@ __all__ = [
     "Requests",
     "ServingState",
     "SimResult",
+    "Swap",
     "Traced",
     "V1",
     "burst_arrivals",

@@ -12,12 +12,15 @@ from servelab.simulator.admission import Admission
 from servelab.simulator.arrivals import Requests, _is_int
 from servelab.simulator.metrics import SimResult
 from servelab.simulator.policies import Policy
+from servelab.simulator.preemption import Swap, resolve
 from servelab.simulator.state import ServingState
+from servelab.simulator.v1 import V1
 
 
 def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
              kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
-             overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None) -> SimResult:
+             overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None,
+             preemption: str | Swap = "recompute") -> SimResult:
     """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
 
     The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
@@ -26,6 +29,11 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     seen between steps: a request arriving while a step runs joins the queue when that step ends.
     `admission`, if given, is asked about each request as it joins (see `Admission`); a rejected request
     is never served.
+
+    `preemption` is how a preempted sequence gets its KV back: "recompute" (the default: it is prefilled
+    again), or "swap" / a `Swap(...)` (its KV goes to a host pool and comes back over the host link, each
+    copy adding to the step it is made in; see `servelab.simulator.preemption`). `V1` preempts by recompute
+    only, as vLLM V1 does.
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -35,6 +43,9 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         raise ValueError(f"overhead_s must be a number >= 0 (seconds per step), got {overhead_s!r}")
     if admission is not None and not callable(admission):
         raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
+    swap = resolve(preemption)
+    if swap is not None and (isinstance(policy, V1) or isinstance(getattr(policy, "policy", None), V1)):  # Traced
+        raise ValueError("V1 preempts by recompute only, as vLLM V1 does: use preemption='recompute' with it")
     n = len(requests)
     if n == 0:
         raise ValueError("no requests to simulate")
@@ -45,7 +56,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                          f"cache holds {kv_capacity_tokens}: it could never finish")
 
     prompt, output, arrival = requests.prompt_len, requests.output_len, requests.arrival_s
-    state = ServingState(prompt, output, int(kv_capacity_tokens))
+    state = ServingState(prompt, output, int(kv_capacity_tokens), swap, model)
     token_offset = np.concatenate([[0], np.cumsum(output)[:-1]]).astype(np.int64)
     # token k of request i goes to token_offset[i] + k, and k = seq_len - prompt_len before the emission
     token_slot_base = token_offset - prompt
@@ -53,7 +64,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     final_len = prompt + output                         # seq_len once the last token is out
     finished = np.zeros(n, dtype=bool)
     rejected = np.zeros(n, dtype=bool)
-    starts, ends, step_tokens, step_seqs, step_decodes, step_kv = [], [], [], [], [], []
+    starts, ends, step_tokens, step_seqs, step_decodes, step_kv, step_swap = [], [], [], [], [], [], []
     seq_len, computed, reserved = state.seq_len, state.computed, state.reserved
 
     now, next_arrival, num_finished, step = 0.0, 0, 0, 0
@@ -79,7 +90,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
             now = float(arrival[next_arrival])          # idle: jump to the next arrival
             continue
 
-        state.now, state.preempted_this_step = now, False
+        state.now, state.preempted_this_step, state.step_swap_s = now, False, 0.0
         ids, tokens = policy.schedule(state)
         ids, tokens = np.asarray(ids, dtype=np.int64), np.asarray(tokens, dtype=np.int64)   # lists are fine too
         if ids.size == 0:
@@ -94,6 +105,9 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         starts.append(now)
         step_kv.append(state.kv_used)
         now += cost.seconds(overhead_s)
+        if state.step_swap_s:                           # swap copies block the step (never under recompute)
+            now += state.step_swap_s
+        step_swap.append(state.step_swap_s)
         ends.append(now)
         step_tokens.append(num_tokens)
         step_seqs.append(ids.size)
@@ -115,6 +129,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                 state.running = state.running[~finished[state.running]]
         step += 1
     assert state.kv_free == state.kv_capacity and not state.waiting, "every slot comes back when all are done"
+    assert state.host_kv_free == state.host_kv_capacity, "every host slot comes back when all are done"
 
     return SimResult(policy=policy.name, kv_capacity=int(kv_capacity_tokens), requests=requests,
                      generated=state.produced, first_scheduled_s=state.first_scheduled_s,
@@ -123,4 +138,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                      step_start_s=np.array(starts), step_end_s=np.array(ends),
                      step_tokens=np.array(step_tokens, dtype=np.int64), step_seqs=np.array(step_seqs, dtype=np.int64),
                      step_decodes=np.array(step_decodes, dtype=np.int64),
-                     step_kv_used=np.array(step_kv, dtype=np.int64), rejected=rejected)
+                     step_kv_used=np.array(step_kv, dtype=np.int64), rejected=rejected,
+                     step_swap_s=np.array(step_swap, dtype=np.float64), swaps_out=state.swaps_out,
+                     swaps_in=state.swaps_in, swap_fallbacks=state.swap_fallbacks,
+                     host_kv_capacity=int(state.host_kv_capacity),
+                     victim_tokens=np.array(state.victim_tokens, dtype=np.int64))

@@ -42,10 +42,30 @@ class SimResult:
     step_decodes: np.ndarray      # sequences that computed exactly one token
     step_kv_used: np.ndarray      # KV slots reserved while the step ran
     rejected: np.ndarray | None = None   # per request: turned away on arrival by admission control
+    # swap preemption (all zeros under recompute): per step, the seconds its swap copies added; per request,
+    # swaps out, swaps back in, and preemptions recomputed because the host pool was full
+    step_swap_s: np.ndarray | None = None
+    swaps_out: np.ndarray | None = None
+    swaps_in: np.ndarray | None = None
+    swap_fallbacks: np.ndarray | None = None
+    host_kv_capacity: int = 0            # host pool, tokens of KV (0: recompute)
+    victim_tokens: np.ndarray | None = None   # each preemption in order: the tokens of KV its victim had
 
     def __post_init__(self):
         if self.rejected is None:
             object.__setattr__(self, "rejected", np.zeros(len(self.requests), dtype=bool))
+        if self.step_swap_s is None:
+            object.__setattr__(self, "step_swap_s", np.zeros(self.step_end_s.size))
+        if self.victim_tokens is None:
+            object.__setattr__(self, "victim_tokens", np.zeros(int(self.preemptions.sum()), dtype=np.int64))
+        for name in ("swaps_out", "swaps_in", "swap_fallbacks"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(len(self.requests), dtype=np.int64))
+
+    @property
+    def swap_s(self) -> float:
+        """Seconds of the run's steps spent copying KV to and from the host (0 under recompute)."""
+        return float(self.step_swap_s.sum())
 
     # ---- per request ----
     @property
@@ -175,6 +195,10 @@ class SimResult:
             for q, v in percentiles(getattr(self, metric)).items():
                 out[f"{metric}_p{q}_s"] = v
         out["max_gap_s"] = float(np.nanmax(self.max_gap)) if np.any(~np.isnan(self.max_gap)) else float("nan")
+        if self.host_kv_capacity:                       # swap preemption only: recompute's summary is unchanged
+            out["swaps"] = int(self.swaps_out.sum())
+            out["swap_fallbacks"] = int(self.swap_fallbacks.sum())
+            out["swap_s"] = self.swap_s
         if ttft_s is not None and tpot_s is not None:
             out["goodput_req_s"] = self.goodput(ttft_s, tpot_s)
             out["slo_attainment"] = float(self.slo_met(ttft_s, tpot_s).mean())

@@ -150,7 +150,7 @@ class MixedBudget:
             while waiting and budget > 0 and running.size + len(new_ids) < cap and state.can_admit(waiting[0]):
                 i = waiting.popleft()
                 state.admit(i)
-                n = min(int(state.seq_len[i]), budget)
+                n = min(int(state.seq_len[i] - state.computed[i]), budget)   # computed > 0 only if swapped in
                 budget -= n
                 new_ids.append(i)
                 new_tokens.append(n)
