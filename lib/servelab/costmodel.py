@@ -385,8 +385,8 @@ def shared_prefix_decode_traffic(prefix_len: int, suffix_lens, num_q_heads: int,
 def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 0.9) -> int:
     """How many tokens of KV fit next to the weights in `memory_fraction` of the GPU's memory.
 
-    The fraction leaves room for activations, the CUDA context and fragmentation (vLLM's
-    `gpu_memory_utilization` defaults to 0.9 for the same reason).
+    The fraction leaves room for activations, the CUDA context and fragmentation; 0.9 is a round figure
+    (vLLM 0.33.0's `gpu_memory_utilization` defaults to 0.92, `CacheConfig` in vllm/config/cache.py).
 
     >>> kv_capacity_tokens(LLAMA2_7B, H100_SXM)       # (72e9 - 13.48e9) / 512 KiB
     111624
