@@ -20,7 +20,7 @@ from servelab.simulator.v1 import V1
 def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
              kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
              overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None,
-             preemption: str | Swap = "recompute") -> SimResult:
+             preemption: str | Swap = "recompute", async_scheduling: bool = False) -> SimResult:
     """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
 
     The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
@@ -34,6 +34,14 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     again), or "swap" / a `Swap(...)` (its KV goes to a host pool and comes back over the host link, each
     copy adding to the step it is made in; see `servelab.simulator.preemption`). `V1` preempts by recompute
     only, as vLLM V1 does.
+
+    `async_scheduling=True` overlaps the CPU's part of a step (`overhead_s`: scheduling, preparing the inputs,
+    launching) with the GPU's (the roofline time), as when step n+1 is scheduled while step n runs
+    (servelab.async_scheduler): a step lasts max(roofline, overhead_s) instead of their sum. The price of
+    scheduling ahead: a request whose last token came out of step n stopped on an end-of-sequence token nobody
+    could foresee, so it was already scheduled into step n+1; that step computes one decode more for each such
+    request (priced, at the request's full context, and counted in `SimResult.wasted_slots`). If nothing else
+    runs next, the wasted decodes are dropped with the step that would have held them.
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -41,6 +49,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         raise ValueError(f"kv_capacity_tokens must be an integer >= 1, got {kv_capacity_tokens!r}")
     if not isinstance(overhead_s, numbers.Real) or not overhead_s >= 0:
         raise ValueError(f"overhead_s must be a number >= 0 (seconds per step), got {overhead_s!r}")
+    if not isinstance(async_scheduling, bool):
+        raise ValueError(f"async_scheduling must be True or False, got {async_scheduling!r}")
     if admission is not None and not callable(admission):
         raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
     swap = resolve(preemption)
@@ -68,6 +78,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     seq_len, computed, reserved = state.seq_len, state.computed, state.reserved
 
     now, next_arrival, num_finished, step = 0.0, 0, 0, 0
+    waste = np.empty(0, dtype=np.int64)   # async: contexts of the decodes scheduled for requests already done
+    wasted_slots = 0
     while num_finished < n:
         if next_arrival < n and arrival[next_arrival] <= now:
             upto = int(np.searchsorted(arrival, now, side="right"))
@@ -88,6 +100,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                     break                               # the last arrivals were all rejected
                 raise RuntimeError("nothing to run and nothing left to arrive, yet some request is unfinished")
             now = float(arrival[next_arrival])          # idle: jump to the next arrival
+            waste = waste[:0]                           # the wasted decodes went with the step nobody needed
             continue
 
         state.now, state.preempted_this_step, state.step_swap_s = now, False, 0.0
@@ -101,10 +114,20 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         context = computed[ids]
         num_tokens = int(tokens.sum())
         pairs = int(np.dot(tokens, context)) + (int(np.dot(tokens, tokens)) + num_tokens) // 2
-        cost = costmodel.cost_from_totals(model, gpu, num_tokens, ids.size, pairs, int(context.sum()))
+        if async_scheduling:
+            # the decodes scheduled before their requests were seen to finish: one token on each full context
+            w = int(waste.sum())
+            cost = costmodel.cost_from_totals(model, gpu, num_tokens + waste.size, ids.size + waste.size,
+                                              pairs + w + waste.size, int(context.sum()) + w)
+            wasted_slots += waste.size
+            waste = waste[:0]
+            step_s = max(cost.compute_s, cost.memory_s, overhead_s)
+        else:
+            cost = costmodel.cost_from_totals(model, gpu, num_tokens, ids.size, pairs, int(context.sum()))
+            step_s = cost.seconds(overhead_s)
         starts.append(now)
         step_kv.append(state.kv_used)
-        now += cost.seconds(overhead_s)
+        now += step_s
         if state.step_swap_s:                           # swap copies block the step (never under recompute)
             now += state.step_swap_s
         step_swap.append(state.step_swap_s)
@@ -122,6 +145,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
             seq_len[emit] += 1
             done = emit[seq_len[emit] == final_len[emit]]
             if done.size:
+                if async_scheduling:
+                    waste = computed[done].copy()
                 state.kv_free += int(reserved[done].sum())
                 reserved[done] = 0
                 finished[done] = True
@@ -142,4 +167,4 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                      step_swap_s=np.array(step_swap, dtype=np.float64), swaps_out=state.swaps_out,
                      swaps_in=state.swaps_in, swap_fallbacks=state.swap_fallbacks,
                      host_kv_capacity=int(state.host_kv_capacity),
-                     victim_tokens=np.array(state.victim_tokens, dtype=np.int64))
+                     victim_tokens=np.array(state.victim_tokens, dtype=np.int64), wasted_slots=wasted_slots)

@@ -50,6 +50,7 @@ class SimResult:
     swap_fallbacks: np.ndarray | None = None
     host_kv_capacity: int = 0            # host pool, tokens of KV (0: recompute)
     victim_tokens: np.ndarray | None = None   # each preemption in order: the tokens of KV its victim had
+    wasted_slots: int = 0                # asynchronous scheduling: decodes computed for requests already done
 
     def __post_init__(self):
         if self.rejected is None:
