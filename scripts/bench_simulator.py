@@ -11,7 +11,9 @@ simulated per wall second, and a few simulated figures so a run that got faster 
 The policies: nano-vllm's prefill-first steps, the budgeted mixed step (FCFS and shortest-prompt-first
 prefill), the mixed step behind chapter 03's admission rule (TPOT 30 ms, TTFT 1 s), which also prices
 the per-arrival backlog check, and the mixed step under memory pressure (100,000 tokens of KV) with chapter 08's
-swap preemption, which prices every swap's copies. Nothing is asserted: the figures are for reading.
+swap preemption, which prices every swap's copies, and the mixed step scheduled asynchronously (each step the
+longer of its CPU and GPU parts, plus the decodes wasted after each stop). Nothing is asserted: the figures are
+for reading.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def main() -> None:
             ("mixed-budget", MixedBudget(), {}),
             ("mixed, shortest first", MixedBudget(prefill_order="shortest_first"), {}),
             ("mixed + admission rule", MixedBudget(), {"admission": _admission_rule()}),
-            ("mixed, swap, 100k KV", MixedBudget(), {"kv_capacity_tokens": 100_000, "preemption": Swap()})]
+            ("mixed, swap, 100k KV", MixedBudget(), {"kv_capacity_tokens": 100_000, "preemption": Swap()}),
+            ("mixed, async scheduling", MixedBudget(), {"async_scheduling": True})]
     for label, policy, kwargs in runs:
         t0 = time.perf_counter()
         result = simulate(requests, policy, LLAMA3_8B, H100_SXM, **kwargs)
