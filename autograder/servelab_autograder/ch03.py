@@ -14,7 +14,6 @@ and the verdicts are the grader's (``servelab_autograder.checks.ch03``), outside
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import types
@@ -36,10 +35,6 @@ _short = common.short_repr(12, 120)
 
 # ------------------------------------------------------------------------------------------------
 # plain data for the objects the exercises take, and back
-
-
-def fields(obj, cls) -> dict:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
 
 
 class Shapes(types.SimpleNamespace):
@@ -402,17 +397,15 @@ SPECS = {s.name: s for s in [
 
 _DEFAULTS = {"step_time": {"chunks": (), "decodes": (), "overhead_s": OVERHEAD_S},
              "max_chunk": {"prefix": 0, "overhead_s": OVERHEAD_S}}
-_PLAIN = {"model": lambda v: v if isinstance(v, dict) else fields(v, ModelSpec),
-          "gpu": lambda v: v if isinstance(v, dict) else fields(v, GPUSpec),
-          "chunks": lambda v: [(int(c), int(p)) for c, p in v], "decodes": lambda v: [int(x) for x in v]}
+_PLAIN = {**spec.model_and_gpu(), "chunks": lambda v: [(int(c), int(p)) for c, p in v],
+          "decodes": lambda v: [int(x) for x in v]}
 
 
 def case(name: str, *args, **kwargs) -> tuple:
     """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it: every parameter in order,
     defaults filled in, a model or GPU as its fields, chunks as (tokens, prefix) pairs, decodes as a list. The
     table's fixed cases are made the same way, so a visible assert's input finds its pitfalls in the atlas."""
-    values = {**_DEFAULTS.get(name, {}), **dict(zip(SPECS[name].params, args)), **kwargs}
-    return tuple(_PLAIN.get(p, lambda v: v)(values[p]) for p in SPECS[name].params)
+    return spec.plain_case(SPECS, name, args, kwargs, _DEFAULTS, _PLAIN)
 
 
 # ------------------------------------------------------------------------------------------------

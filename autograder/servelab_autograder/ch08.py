@@ -12,7 +12,6 @@ and the verdicts are the grader's (``servelab_autograder.checks.ch08``), outside
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from servelab import kv_tiers
@@ -22,10 +21,6 @@ from servelab_autograder.spec import Spec
 
 ASSIGNMENT = "ch08_preemption_and_kv_tiers"
 _short = common.short_repr(12, 120)
-
-
-def fields(obj, cls) -> dict:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -113,26 +108,16 @@ _DEFAULTS = {"recompute_time": {"mfu": kv_tiers.DEFAULT_MFU},
              "break_even_bandwidth": {"tokens": 1024, "mfu": kv_tiers.DEFAULT_MFU},
              "effective_copy_bandwidth": {"copy_latency_s": kv_tiers.DEFAULT_COPY_LATENCY_S},
              "swap_time": {"copy_latency_s": kv_tiers.DEFAULT_COPY_LATENCY_S}}
-_PLAIN = {"model": lambda v: v if isinstance(v, dict) else fields(v, ModelSpec),
-          "gpu": lambda v: v if isinstance(v, dict) else fields(v, GPUSpec)}
+_PLAIN = spec.model_and_gpu()
 
 
 def case(name: str, *args, **kwargs) -> tuple:
-    """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it: every parameter in order,
-    defaults filled in, a model or GPU as its fields. The table's fixed cases are made the same way, so a visible
-    assert's input finds its pitfalls in the atlas."""
-    values = {**_DEFAULTS.get(name, {}), **dict(zip(SPECS[name].params, args)), **kwargs}
-    return tuple(_PLAIN.get(p, lambda v: v)(values[p]) for p in SPECS[name].params)
+    """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it (`spec.plain_case`):
+    defaults filled in, a model or GPU as its fields."""
+    return spec.plain_case(SPECS, name, args, kwargs, _DEFAULTS, _PLAIN)
 
 
 def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
-    name = name or getattr(fn, "__name__", "")
-    if name not in SPECS:
-        return f"{name} gave an unexpected result"
-    try:
-        args = case(name, *args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - a message, whatever the assert passed
-        return f"{name}: the assert's arguments could not be read ({type(e).__name__}: {e})"
-    return spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+    return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS, _PLAIN)

@@ -13,7 +13,6 @@ and the verdicts are the grader's (``servelab_autograder.checks.ch09``), outside
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from servelab import capacity
@@ -23,10 +22,6 @@ from servelab_autograder.spec import Shape, Spec
 
 ASSIGNMENT = "ch09_capacity_and_concurrency"
 _short = common.short_repr(12, 120)
-
-
-def fields(obj, cls) -> dict:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,27 +148,17 @@ SPECS = {s.name: s for s in [
 ]}
 
 _DEFAULTS = {"kv_ceiling": {"memory_fraction": 0.9}, "fleet_size": {"budget": 8192}}
-_PLAIN = {"model": lambda v: v if isinstance(v, dict) else fields(v, ModelSpec),
-          "gpu": lambda v: v if isinstance(v, dict) else fields(v, GPUSpec)}
+_PLAIN = spec.model_and_gpu()
 OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
 
 
 def case(name: str, *args, **kwargs) -> tuple:
-    """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it: every parameter in order,
-    defaults filled in, a model or GPU as its fields. The table's fixed cases are made the same way, so a visible
-    assert's input finds its pitfalls in the atlas."""
-    values = {**_DEFAULTS.get(name, {}), **dict(zip(SPECS[name].params, args)), **kwargs}
-    return tuple(_PLAIN.get(p, lambda v: v)(values[p]) for p in SPECS[name].params)
+    """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it (`spec.plain_case`):
+    defaults filled in, a model or GPU as its fields."""
+    return spec.plain_case(SPECS, name, args, kwargs, _DEFAULTS, _PLAIN)
 
 
 def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
-    name = name or getattr(fn, "__name__", "")
-    if name not in SPECS:
-        return f"{name} gave an unexpected result"
-    try:
-        args = case(name, *args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - a message, whatever the assert passed
-        return f"{name}: the assert's arguments could not be read ({type(e).__name__}: {e})"
-    return spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+    return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS, _PLAIN)

@@ -15,6 +15,7 @@ arguments, what it returned, what was expected; the pitfall's name goes on the f
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
@@ -173,6 +174,46 @@ def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, 
                                                                           "this input"
     except Exception as e:  # noqa: BLE001 - a message, whatever happens
         return f"{spec.call_text(args)}: the check itself failed ({type(e).__name__}: {e})"
+
+
+def as_fields(obj, cls) -> dict:
+    """A dataclass instance (a ModelSpec, a GPUSpec) as the plain dict of its fields; a dict is kept as it is."""
+    if isinstance(obj, dict):
+        return obj
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
+
+
+def model_and_gpu() -> dict:
+    """The plain form of a `model` and a `gpu` argument: their fields (a driver rebuilds them)."""
+    from servelab.costmodel import GPUSpec, ModelSpec
+
+    return {"model": lambda v: as_fields(v, ModelSpec), "gpu": lambda v: as_fields(v, GPUSpec)}
+
+
+def plain_case(specs: Mapping[str, Spec], name: str, args, kwargs, defaults: Mapping | None = None,
+               plain: Mapping | None = None) -> tuple:
+    """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it: every parameter of the
+    exercise in order, ``defaults[name]`` filled in, each value through ``plain[parameter]`` (e.g. a model as its
+    fields). A chapter's table makes its fixed cases the same way, so a visible assert's input finds its pitfalls
+    in the atlas."""
+    params = specs[name].params
+    values = {**(defaults or {}).get(name, {}), **dict(zip(params, args)), **kwargs}
+    plain = plain or {}
+    return tuple(plain[p](values[p]) if p in plain else values[p] for p in params)
+
+
+def diagnose_call(specs: Mapping[str, Spec], assignment: str, fn, args, kwargs, name: str | None = None,
+                  defaults: Mapping | None = None, plain: Mapping | None = None) -> str:
+    """`diagnose` for a call written with keyword arguments and defaults (`plain_case` makes the case). Never
+    raises."""
+    name = name or getattr(fn, "__name__", "")
+    if name not in specs:
+        return f"{name} gave an unexpected result"
+    try:
+        case = plain_case(specs, name, args, kwargs, defaults, plain)
+    except Exception as e:  # noqa: BLE001 - a message, whatever the assert passed
+        return f"{name}: the assert's arguments could not be read ({type(e).__name__}: {e})"
+    return diagnose(specs, atlas(assignment), fn, case, name)
 
 
 def diagnose_cases(specs: Mapping[str, Spec], assignment: str, fn, name: str, cases, exercise: str,

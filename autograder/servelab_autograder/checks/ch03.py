@@ -47,7 +47,7 @@ import random
 
 from servelab import costmodel
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
-from servelab_autograder import ch03, common, known_wrong, release
+from servelab_autograder import ch03, common, known_wrong, release, spec
 from servelab_autograder.ch03 import Scenario
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -59,7 +59,7 @@ PAIRS = [(LLAMA2_7B, H100_SXM), (LLAMA3_8B, H100_SXM), (LLAMA3_8B, H200), (LLAMA
 
 
 def _fp8(model) -> dict:
-    return {**ch03.fields(model, ModelSpec), "name": f"{model.name}, fp8 KV", "bytes_per_kv_element": 1}
+    return {**spec.as_fields(model, ModelSpec), "name": f"{model.name}, fp8 KV", "bytes_per_kv_element": 1}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -71,8 +71,8 @@ def _kv_fixed():
     out += [case("kv_bytes_per_token", _fp8(m)) for m in PUBLISHED]    # bytes_per_kv_element != bytes_per_param
     shapes = dict(num_layers=1, hidden_size=2048, num_heads=16, num_kv_heads=1, head_dim=128,
                   intermediate_size=8192, vocab_size=32000, bytes_per_param=2, bytes_per_kv_element=2)
-    out.append(case("kv_bytes_per_token", {**ch03.fields(LLAMA2_7B, ModelSpec), **shapes, "name": "one layer, MQA"}))
-    out.append(case("kv_bytes_per_token", {**ch03.fields(LLAMA2_7B, ModelSpec), **shapes, "name": "4-bit KV, 1-byte "
+    out.append(case("kv_bytes_per_token", {**spec.as_fields(LLAMA2_7B, ModelSpec), **shapes, "name": "one layer, MQA"}))
+    out.append(case("kv_bytes_per_token", {**spec.as_fields(LLAMA2_7B, ModelSpec), **shapes, "name": "4-bit KV, 1-byte "
                     "weights", "num_layers": 40, "hidden_size": 5120, "num_kv_heads": 4, "bytes_per_param": 1,
                     "bytes_per_kv_element": 0.5}))   # hidden_size != num_heads x head_dim
     return out

@@ -26,7 +26,7 @@ import random
 from servelab import costmodel
 from servelab import kv_tiers as K
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
-from servelab_autograder import ch08, common, known_wrong, release
+from servelab_autograder import ch08, common, known_wrong, release, spec
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch08.SPECS
@@ -79,7 +79,7 @@ def _recompute_random(name: str):
         for k in range(120):
             if rng.random() < 0.5:
                 model, gpu = rng.choice(PAIRS)
-                model, gpu = ch08.fields(model, ModelSpec), ch08.fields(gpu, GPUSpec)
+                model, gpu = spec.as_fields(model, ModelSpec), spec.as_fields(gpu, GPUSpec)
             else:
                 model, gpu = _random_model(rng, k), _random_gpu(rng)
             tokens = rng.choice([1, rng.randint(1, 64), rng.randint(64, 8192), rng.randint(8192, 131072)])
@@ -126,7 +126,7 @@ def _swap_fixed():
 def _swap_random(rng: random.Random):
     out = []
     for k in range(150):
-        model = ch08.fields(rng.choice(PAIRS)[0], ModelSpec) if rng.random() < 0.5 else _random_model(rng, k)
+        model = spec.as_fields(rng.choice(PAIRS)[0], ModelSpec) if rng.random() < 0.5 else _random_model(rng, k)
         bs = rng.choice([1, 8, 16, 16, 32, 64, 128, 256])
         tokens = rng.choice([rng.randint(0, 3 * bs), rng.randint(1, 40000)])
         out.append(case("swap_time", model, tokens, bs, rng.uniform(1e9, 200e9),
