@@ -147,24 +147,9 @@ def test_a_preempted_sequence_waits_for_its_token_in_flight():
     prefill.tokens = fake_model(prefill)
     sch.postprocess(prefill)
     assert len(b) == 5 and b.num_placeholders == 0 and b.num_cached_tokens == 0   # its token arrived, no KV kept
-    steps = [prefill, decode, *run_async_rest(sch, decode)]
+    steps = [prefill, decode, *run_async(sch, fake_model, in_flight=decode)]
     assert any(st.is_prefill and b in st.seqs and st.starts[st.seqs.index(b)] == 0 for st in steps[2:])
     assert a.completion_token_ids == _alone([1, 2, 3, 4], 3) and b.completion_token_ids == _alone([4, 5, 6, 7], 3)
-
-
-def run_async_rest(sch, in_flight):
-    """Continue a run whose step `in_flight` has been scheduled but not run."""
-    in_flight.tokens = fake_model(in_flight)
-    out = []
-    while in_flight is not None or not sch.is_finished():
-        ahead = sch.schedule() if not sch.is_finished() else None
-        if in_flight is not None:
-            sch.postprocess(in_flight)
-        if ahead is not None:
-            ahead.tokens = fake_model(ahead)
-            out.append(ahead)
-        in_flight = ahead
-    return out
 
 
 def _alone(prompt, n):

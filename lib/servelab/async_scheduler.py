@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 
 from servelab.scheduler import SamplingParams, Scheduler, Sequence, SequenceStatus, needs_new_block
 
-__all__ = ["AsyncScheduler", "SamplingParams", "Sequence", "Step", "fake_model", "overlap_speedup", "run_async"]
+__all__ = ["AsyncScheduler", "SamplingParams", "Sequence", "Step", "fake_model", "overlap_speedup", "run_async",
+           "trace_of", "walk", "wasted_work"]
 
 
 @dataclass
@@ -225,10 +226,13 @@ class AsyncScheduler(Scheduler):
 
 
 def run_async(scheduler: AsyncScheduler, model: Callable[[Step], list] = fake_model,
-              max_steps: int = 100_000) -> list[Step]:
+              max_steps: int = 100_000, in_flight: Step | None = None) -> list[Step]:
     """Drive `scheduler` with one step in flight: schedule step n+1, then take step n's tokens, then run n+1.
+    `in_flight` continues a run whose last step was scheduled by hand and not run yet (it runs first).
     Returns the steps in the order they ran."""
-    steps, in_flight = [], None
+    steps = []
+    if in_flight is not None:
+        in_flight.tokens = model(in_flight)
     while in_flight is not None or not scheduler.is_finished():
         if len(steps) >= max_steps:
             raise RuntimeError(f"not finished after {max_steps} steps")
@@ -257,3 +261,75 @@ def overlap_speedup(cpu_s: float, gpu_s: float) -> float:
     if cpu_s == gpu_s == 0:
         raise ValueError("a step takes some time: cpu_s and gpu_s cannot both be 0")
     return (cpu_s + gpu_s) / max(cpu_s, gpu_s)
+
+
+def trace_of(steps: list[Step]) -> list[list[list]]:
+    """A run's steps as plain data: each step a list of slots [name, first position, tokens computed, token
+    sampled or None] (what `wasted_work` reads)."""
+    return [[[seq.name, start, n, token if sample else None]
+             for seq, start, n, sample, token in zip(st.seqs, st.starts, st.num_scheduled, st.samples, st.tokens)]
+            for st in steps]
+
+
+def wasted_work(trace: list, requests: dict, eos: int, block_size: int) -> tuple[int, int]:
+    """(wasted slots, wasted blocks) of an asynchronous run given as plain data (`trace_of`): a slot is wasted
+    when its sequence had already stopped, at a step before, on an end-of-sequence token (unless it ignores eos,
+    `requests[name] = [max_tokens, ignore_eos]`) or at its max_tokens-th token; a wasted decode at position p
+    took a block for nothing when p opens one (p % block_size == 0). A stop at max_tokens is known ahead, so the
+    scheduler never places one: only eos stops show waste in a real run.
+
+    >>> trace = [[["A", 0, 3, 5], ["B", 0, 4, 9]], [["A", 3, 1, 2], ["B", 4, 1, 7]], [["A", 4, 1, 8]]]
+    >>> wasted_work(trace, {"A": [5, False], "B": [5, False]}, eos=9, block_size=4)   # B stopped on 9 at step 0
+    (1, 1)
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+    generated = dict.fromkeys(requests, 0)
+    stopped: set = set()
+    slots = blocks = 0
+    for step in trace:
+        done_here = []
+        for name, start, n, token in step:
+            if name in stopped:
+                slots += 1
+                blocks += n == 1 and start % block_size == 0   # a decode whose position opens a block
+                continue
+            if token is None:
+                continue                     # a chunk that samples nothing
+            generated[name] += 1
+            max_tokens, ignore_eos = requests[name]
+            if (token == eos and not ignore_eos) or generated[name] == max_tokens:
+                done_here.append(name)
+        stopped.update(done_here)            # a slot of the same step is not wasted: it was scheduled before
+    return slots, blocks
+
+
+def walk(scheduler: AsyncScheduler, model: Callable[[Step], list] = fake_model, max_steps: int = 100) -> list[dict]:
+    """`run_async`, step by step, as rows for a table: what schedule(n+1) saw and scheduled (a slot whose input
+    is a placeholder marked '?'), then what postprocess(n) filled in and who finished."""
+    rows, in_flight = [], None
+    while in_flight is not None or not scheduler.is_finished():
+        if len(rows) >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        ahead = scheduler.schedule() if not scheduler.is_finished() else None
+        row = {"scheduled": "-" if ahead is None else f"{ahead.index} {ahead.kind}: " + ", ".join(
+            f"{s.name}@{st}{'?' if not ahead.is_prefill and st >= len(s) else ''}"
+            for s, st in zip(ahead.seqs, ahead.starts)),
+            "placeholders": ", ".join(f"{s.name}:{s.num_placeholders}" for s in (*scheduler.running,
+                                                                            *scheduler.waiting))}
+        before = scheduler.wasted_slots
+        if in_flight is not None:
+            gone = {id(s) for s in in_flight.seqs if s.is_finished}     # stopped before: its token is dropped
+            done = scheduler.postprocess(in_flight)
+            row["filled"] = f"{in_flight.index}: " + ", ".join(
+                f"{s.name}={t}{' (dropped)' if id(s) in gone else ''}"
+                for s, t, smp in zip(in_flight.seqs, in_flight.tokens, in_flight.samples) if smp)
+            row["finished"] = ", ".join(s.name for s in done) or "-"
+        else:
+            row["filled"], row["finished"] = "-", "-"
+        row["wasted"] = scheduler.wasted_slots - before
+        if ahead is not None:
+            ahead.tokens = model(ahead)
+        rows.append(row)
+        in_flight = ahead
+    return rows
