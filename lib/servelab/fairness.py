@@ -1,0 +1,134 @@
+"""Fairness between tenants and priority classes: what a token costs, a counter that shares the GPU by it, and the
+KV a background class may hold.
+
+Request-fair scheduling (every tenant's requests served in turn) shares requests, not the GPU: a tenant whose
+requests are long documents gets the GPU time its documents take. Sharing the GPU needs a price per token, and the
+roofline gives one: a prompt token costs its share of a compute-bound prefill step, an output token its share of a
+memory-bound decode step (`token_weights`). A **virtual token counter** per tenant adds up the weighted tokens the
+tenant was served; each step the scheduler serves the backlogged tenant with the smallest counter. One rule keeps
+a tenant from banking credit while it sends nothing: when it comes back, its counter is **lifted** to the smallest
+counter among the tenants that stayed backlogged (`VirtualTokenCounter.activate`), so idle time earns nothing.
+
+A priority flag orders the queue, but a background (batch) class that is already running still reads its KV in
+every decode step, slowing every interactive token. `batch_kv_quota` puts a number on the KV the batch class may
+hold so that a step with all the interactive decodes still meets the interactive TPOT target.
+
+>>> w = token_weights(LLAMA3_8B, H100_SXM, prompt_len=2000, batch=128, context_len=2000)
+>>> round(w.prefill_s * 1e6, 1), round(w.decode_s * 1e6, 1), round(w.decode_s / w.prefill_s, 1)
+(14.7, 119.7, 8.1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servelab import capacity, costmodel
+from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec  # noqa: F401 - examples
+
+__all__ = ["TokenWeights", "VirtualTokenCounter", "batch_kv_quota", "request_fair_shares", "token_weights"]
+
+
+@dataclass(frozen=True)
+class TokenWeights:
+    """GPU-seconds per prompt token and per output token: the prices a token-fair scheduler charges."""
+
+    prefill_s: float
+    decode_s: float
+
+    def cost(self, prefill_tokens: float, decode_tokens: float) -> float:
+        return self.prefill_s * prefill_tokens + self.decode_s * decode_tokens
+
+
+def token_weights(model: ModelSpec, gpu: GPUSpec, prompt_len: int, batch: int, context_len: int,
+                  budget: int = 8192, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> TokenWeights:
+    """The roofline's price of each kind of token: a prompt token's share of a full prefill step of `budget`
+    tokens, an output token's share of a decode step of `batch` sequences at `context_len` (servelab.capacity)."""
+    return TokenWeights(capacity.prefill_s_per_token(model, gpu, prompt_len, budget, overhead_s),
+                        capacity.decode_s_per_token(model, gpu, batch, context_len, overhead_s))
+
+
+def request_fair_shares(requests: dict[str, tuple[float, float]], weights: TokenWeights) -> dict[str, float]:
+    """Each tenant's share of GPU time when requests are served fairly, one per tenant in turn: tenant ->
+    (prompt tokens, output tokens) of its typical request. The shares are the requests' costs, normalised.
+
+    >>> w = TokenWeights(prefill_s=15e-6, decode_s=120e-6)
+    >>> {t: round(s, 3) for t, s in request_fair_shares({"docs": (30_000, 200), "chat": (300, 200)}, w).items()}
+    {'docs': 0.943, 'chat': 0.057}
+    """
+    if not requests:
+        raise ValueError("no tenants")
+    cost = {t: weights.cost(p, d) for t, (p, d) in requests.items()}
+    if any(c < 0 for c in cost.values()) or sum(cost.values()) == 0:
+        raise ValueError(f"every request must cost something: {requests}")
+    total = sum(cost.values())
+    return {t: c / total for t, c in cost.items()}
+
+
+@dataclass
+class VirtualTokenCounter:
+    """Per-tenant counters of weighted tokens served; the next tenant served is the backlogged one with the least.
+
+    >>> vtc = VirtualTokenCounter(TokenWeights(prefill_s=1.0, decode_s=8.0))
+    >>> vtc.activate("A", backlogged=set()); vtc.activate("B", backlogged={"A"})
+    >>> vtc.charge("A", prefill_tokens=100, decode_tokens=5); vtc.pick({"A", "B"})
+    'B'
+    >>> vtc.charge("B", prefill_tokens=30, decode_tokens=5)
+    >>> vtc.counters                 # C comes back after idling: lifted to the least backlogged counter, 70
+    {'A': 140.0, 'B': 70.0}
+    >>> vtc.activate("C", backlogged={"A", "B"}); vtc.counters["C"]
+    70.0
+    """
+
+    weights: TokenWeights
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def activate(self, tenant: str, backlogged: set[str]) -> None:
+        """`tenant` has work again after having none: lift its counter to the smallest among the tenants that stayed
+        backlogged, so that the time it sent nothing is not credit it can spend now (the lift rule)."""
+        others = [self.counters.get(t, 0.0) for t in backlogged if t != tenant]
+        mine = self.counters.get(tenant, 0.0)
+        self.counters[tenant] = max(mine, min(others)) if others else mine
+
+    def charge(self, tenant: str, prefill_tokens: float = 0, decode_tokens: float = 0) -> None:
+        """What a step served for `tenant`, priced by the weights."""
+        if prefill_tokens < 0 or decode_tokens < 0:
+            raise ValueError(f"token counts are >= 0, got {prefill_tokens}, {decode_tokens}")
+        self.counters[tenant] = self.counters.get(tenant, 0.0) + self.weights.cost(prefill_tokens, decode_tokens)
+
+    def pick(self, backlogged: set[str]) -> str:
+        """The backlogged tenant with the smallest counter (ties: the first name in sorted order)."""
+        if not backlogged:
+            raise ValueError("no backlogged tenant to pick")
+        return min(sorted(backlogged), key=lambda t: self.counters.get(t, 0.0))
+
+
+def batch_kv_quota(model: ModelSpec, gpu: GPUSpec, tpot_target_s: float, interactive_decodes: int,
+                   interactive_context: int, batch_context: int,
+                   overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> int:
+    """Tokens of KV the batch class may hold, as whole sequences of `batch_context` tokens, so that a decode step
+    of every interactive sequence (`interactive_decodes` at `interactive_context`) and every batch sequence still
+    takes at most `tpot_target_s`. 0 when the interactive decodes alone miss the target.
+
+    >>> batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 64, 2000, 8000)   # 30 ms TPOT, 64 chats at 2K: 62 x 8000
+    496000
+    """
+    if not tpot_target_s > 0:
+        raise ValueError(f"tpot_target_s must be > 0, got {tpot_target_s!r}")
+    interactive = [interactive_context] * interactive_decodes
+
+    def fits(n: int) -> bool:
+        lens = interactive + [batch_context] * n
+        if not lens:
+            return True
+        return costmodel.step_time(model, gpu, decode_context_lens=lens, overhead_s=overhead_s) <= tpot_target_s
+
+    if not fits(0):
+        return 0
+    hi = 1
+    while fits(hi):
+        hi *= 2
+    lo = hi // 2                       # fits(lo) holds, fits(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo * batch_context
