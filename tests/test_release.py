@@ -1,9 +1,9 @@
 """The learner notebooks in course/ are exactly what nbgrader makes from solutions/, and leak nothing.
 
 - every chapter in solutions/ has its release in course/;
-- `python -m servelab_autograder.release --check` (a fresh `nbgrader generate_assignment` into a
-  temporary folder, compared as JSON) finds course/ up to date; a learner's answers in course/ are
-  tolerated as long as the committed notebook is current;
+- course/ is what a fresh `nbgrader generate_assignment` into a temporary folder makes, compared as JSON the way
+  `python -m servelab_autograder.release --check` compares it (the command itself is run on one chapter); a
+  learner's answers in course/ are tolerated as long as the committed notebook is current;
 - no nbgrader marker and no line of any solution region or hidden-test block reaches course/ (and the
   scanner does catch a planted leak);
 - nbgrader's Validator passes every graded cell of the solutions notebook, and (inverted) passes none of the
@@ -59,10 +59,19 @@ def test_every_chapter_has_a_release(assignment):
     assert path.is_file(), f"{path} is missing: run `make release`"
 
 
-def test_course_is_what_generate_assignment_makes():
-    proc = subprocess.run([sys.executable, "-m", "servelab_autograder.release", "--check"], cwd=ROOT,
+@pytest.mark.parametrize("assignment", CHAPTERS)
+def test_course_is_what_generate_assignment_makes(assignment, fresh):
+    """course/<a> against the fixture's fresh release, through the comparison `release --check` makes."""
+    problems, _ = release.compare(ROOT, assignment, fresh)
+    assert not problems, f"course/{assignment} is stale (run `make release`):\n" + "\n".join(problems)
+
+
+def test_release_check_passes_from_the_command_line():
+    """The command itself, on the first chapter (it builds its own release: the comparison is proved above)."""
+    proc = subprocess.run([sys.executable, "-m", "servelab_autograder.release", "--check", CHAPTERS[0]], cwd=ROOT,
                           env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"course/ is stale or leaks (run `make release`):\n{proc.stdout}{proc.stderr}"
+    assert f"ok    {CHAPTERS[0]}" in proc.stdout
 
 
 def test_no_solution_or_hidden_test_text_in_course(fresh):
