@@ -10,9 +10,17 @@ Notebooks are collected by nbval (`--nbval --nbval-current-env`, set in pyprojec
 Cells tagged `requires-cuda` are skipped when no CUDA device is present.
 """
 
+import os
 from pathlib import Path
 
-import pytest
+# One thread per math library in each test process (and in the notebook kernels it starts, which inherit this):
+# pytest-xdist already runs one worker per core, and torch's and the BLAS libraries' own pools on top of that put
+# several spinning OpenMP threads on each core. Measured next to other work: tests/test_llm.py took 39 s with the
+# default threads and 6.6 s with one. Set before anything imports torch or numpy.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 
