@@ -182,3 +182,29 @@ def test_the_module_examples_hold():
     from servelab import async_scheduler
 
     assert doctest.testmod(async_scheduler).failed == 0
+
+
+def test_wasted_work_of_a_trace_is_what_the_scheduler_counted():
+    from servelab.async_scheduler import trace_of, wasted_work
+
+    for seed in range(0, 300, 5):
+        config, reqs = workload(random.Random(seed))
+        _, _, steps, ahead, _ = run_both(config, reqs)
+        got = wasted_work(trace_of(steps), {n: [m, ig] for n, _, m, ig in reqs}, config["eos"], config["block_size"])
+        assert got == (ahead.wasted_slots, ahead.wasted_blocks), seed
+    # a slot after a max_tokens stop would be wasted too, but the scheduler never places one
+    assert wasted_work([[["A", 0, 2, 1]], [["A", 2, 1, 5]]], {"A": [1, False]}, 9, 2) == (1, 1)
+    with pytest.raises(ValueError, match="block_size"):
+        wasted_work([], {}, 9, 0)
+
+
+def test_walk_shows_the_placeholders_and_the_wasted_slot():
+    from servelab.async_scheduler import walk
+
+    # the fake model's first token after [1, 2] is 100: make it eos; the decode scheduled for it is wasted
+    sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, eos=100)
+    sch.add(Sequence([1, 2], SamplingParams(max_tokens=5), name="A"))
+    rows = walk(sch)
+    assert [r["scheduled"] for r in rows] == ["0 P: A@0", "1 D: A@2?", "-"]
+    assert rows[1]["placeholders"] == "A:2" and rows[1]["filled"] == "0: A=100" and rows[1]["finished"] == "A"
+    assert rows[1]["wasted"] == 1 and rows[2]["filled"] == "1: A=200 (dropped)"
