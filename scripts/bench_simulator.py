@@ -29,6 +29,7 @@ from servelab.simulator import (
     MixedBudget,
     PrefillFirst,
     Requests,
+    Speculation,
     Swap,
     lognormal_lengths,
     poisson_arrivals,
@@ -72,7 +73,8 @@ def main() -> None:
             ("mixed, shortest first", MixedBudget(prefill_order="shortest_first"), {}),
             ("mixed + admission rule", MixedBudget(), {"admission": _admission_rule()}),
             ("mixed, swap, 100k KV", MixedBudget(), {"kv_capacity_tokens": 100_000, "preemption": Swap()}),
-            ("mixed, async scheduling", MixedBudget(), {"async_scheduling": True})]
+            ("mixed, async scheduling", MixedBudget(), {"async_scheduling": True}),
+            ("mixed, speculation k=4", MixedBudget(), {"speculation": Speculation(4, 0.7)})]
     for label, policy, kwargs in runs:
         t0 = time.perf_counter()
         result = simulate(requests, policy, LLAMA3_8B, H100_SXM, **kwargs)

@@ -15,7 +15,15 @@ import pytest
 from servelab import costmodel
 from servelab.engine import Engine, expected
 from servelab.scheduler import SamplingParams, Scheduler, Sequence
-from servelab.spec_decode import SpecScheduler, accept_greedy, fake_target, oracle_proposer, run_speculative
+from servelab.spec_decode import (
+    SpecScheduler,
+    accept_greedy,
+    fake_target,
+    fit_drafts,
+    oracle_proposer,
+    run_speculative,
+    trace_speculative,
+)
 
 VOCAB, EOS = 8, 3
 
@@ -236,3 +244,22 @@ def test_the_module_examples_hold():
     from servelab import spec_decode
 
     assert doctest.testmod(spec_decode).failed == 0
+
+
+def test_fit_drafts_gives_every_decode_its_token_first_then_drafts_in_running_order():
+    assert fit_drafts([3, 3, 3], 8) == [3, 2, 0]
+    assert fit_drafts([4, 4], 2) == [0, 0] and fit_drafts([], 5) == []
+    assert fit_drafts([1, 5, 2], 7) == [1, 3, 0]
+    for wanted, budget in (([2, 2, 2, 2], 9), ([5, 0, 5], 6), ([3] * 10, 40)):
+        kept = fit_drafts(wanted, budget)
+        assert len(wanted) + sum(kept) <= max(budget, len(wanted)) and all(0 <= k <= w for k, w in zip(kept, wanted))
+
+
+def test_the_worked_trace_records_look_ahead_blocks_taken_and_given_back():
+    sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, num_speculative_tokens=3)
+    sch.add(Sequence([1, 2, 3], SamplingParams(max_tokens=9), name="A"))
+    rows = trace_speculative(sch, oracle_proposer(expected([1, 2, 3], 9), accept=[0, 3, 1]))
+    assert [(r["drafts"], r["accepted"], r["appended"], r["taken"], r["given_back"]) for r in rows] == [
+        (3, 0, 1, 1, 1), (3, 3, 4, 1, 0), (2, 1, 2, 1, 0), (0, 0, 1, 0, 0)]
+    assert rows[-1]["finished"] and sch.block_manager.num_free_blocks == 8
+    assert sch.num_released_blocks == sum(r["given_back"] for r in rows) == 1

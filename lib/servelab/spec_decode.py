@@ -42,13 +42,31 @@ from servelab import costmodel
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
 
-__all__ = ["LookaheadBlockManager", "SamplingParams", "Sequence", "SpecScheduler", "accept_greedy",
-           "crossover_batch", "draft_time", "expected_tokens_per_step", "fake_target", "ngram_propose",
-           "oracle_proposer", "run_speculative", "speculative_speedup", "verify_step_time"]
+__all__ = ["DRAFT_1B", "LookaheadBlockManager", "SamplingParams", "Sequence", "SpecScheduler", "accept_greedy",
+           "crossover_batch", "draft_time", "expected_tokens_per_step", "fake_target", "fit_drafts", "ngram_propose",
+           "oracle_proposer", "run_speculative", "speculative_speedup", "trace_speculative", "verify_step_time"]
 
 
 def _blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
+
+
+def fit_drafts(wanted: list[int], budget: int) -> list[int]:
+    """Drafts each decoding sequence keeps under a token budget of `budget` tokens: every sequence's own token
+    first (one each), then the drafts share what is left, in running order; the first sequences keep theirs.
+
+    >>> fit_drafts([3, 3, 3], 8)         # 3 own tokens, then 5 drafts: 3 for the first, 2 for the second
+    [3, 2, 0]
+    >>> fit_drafts([4, 4], 2)            # the decodes alone fill the budget
+    [0, 0]
+    """
+    left = budget - len(wanted)
+    kept = []
+    for w in wanted:
+        d = min(w, max(0, left))
+        kept.append(d)
+        left -= d
+    return kept
 
 
 class LookaheadBlockManager(BlockManager):
@@ -118,12 +136,10 @@ class SpecScheduler(Scheduler):
         """Cut drafts to the token budget: each decoding sequence's own token first, then the drafts share what
         is left, in running order (the first sequences keep theirs)."""
         decoding = list(self.running)[:self.max_num_seqs]
-        left = self.max_num_batched_tokens - len(decoding)
-        for seq in decoding:
-            d = min(len(seq.draft_token_ids), self.max_drafts(seq), max(0, left))
+        wanted = [min(len(seq.draft_token_ids), self.max_drafts(seq)) for seq in decoding]
+        for seq, d in zip(decoding, fit_drafts(wanted, self.max_num_batched_tokens)):
             self.num_cut_draft_tokens += len(seq.draft_token_ids) - d
             del seq.draft_token_ids[d:]
-            left -= d
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         self._fit_drafts()
@@ -248,7 +264,51 @@ def run_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int],
     return steps
 
 
+def trace_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
+                      target: Callable[[list[int]], int] = fake_target) -> list[dict]:
+    """`run_speculative`, recording each decode step of each sequence: its length before the step, drafts
+    scheduled, drafts accepted, tokens appended (accepted + the bonus), tokens computed, the blocks it held
+    before, took for the look-ahead and gave back in the rollback, and the tokens with KV after it. A finished
+    sequence gives back all its blocks (`given_back` counts only the rollback's, 0 then)."""
+    rows, step = [], 0
+    while not scheduler.is_finished():
+        for seq in scheduler.running:
+            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
+        held = {seq.seq_id: len(seq.block_table) for seq in scheduler.running}
+        seqs, is_prefill = scheduler.schedule()
+        if is_prefill:
+            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
+            scheduler.postprocess(seqs, out, is_prefill)
+            step += 1
+            continue
+        before = [(len(s), len(s.draft_token_ids), s.num_scheduled_tokens, len(s.block_table)) for s in seqs]
+        out = [accept_greedy(s, target) for s in seqs]
+        accepted = [sum(1 for _ in _agree(s.draft_token_ids, t)) for s, t in zip(seqs, out)]
+        finished = scheduler.postprocess(seqs, out, is_prefill)
+        for s, (n, d, computed, blocks), a, t in zip(seqs, before, accepted, out):
+            done = s in finished
+            rows.append({"step": step, "seq": s.name, "len": n, "drafts": d, "accepted": a, "appended": len(t),
+                         "computed": computed, "blocks_before": held.get(s.seq_id, blocks),
+                         "taken": blocks - held.get(s.seq_id, blocks),
+                         "given_back": 0 if done else blocks - len(s.block_table),
+                         "cached": s.num_cached_tokens, "finished": done})
+        step += 1
+    return rows
+
+
+def _agree(drafts: list[int], tokens: list[int]):
+    for d, t in zip(drafts, tokens):
+        if d != t:
+            return
+        yield d
+
+
 # ---- what speculation buys, from the roofline -------------------------------------------------------------------
+
+# a draft model of 1B-parameter shape (16 layers, hidden 2048, GQA 32 / 8 heads of 64, tied embeddings): the
+# drafting cost in the examples and the chapter's cases (about an eighth of Llama-3-8B's bytes a step)
+DRAFT_1B = ModelSpec("draft-1B", num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8, head_dim=64,
+                     intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True)
 
 def _check_rate(alpha) -> float:
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha <= 1:

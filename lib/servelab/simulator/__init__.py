@@ -41,6 +41,11 @@ Preemption: `simulate(..., preemption="recompute")` (the default) drops a victim
 it to a host pool and back, one copy per block per layer per K and V, and adds the copy time to the step that
 makes it (`SimResult.step_swap_s`); when the host pool is full the victim is recomputed (`preemption` module).
 
+Speculative decoding: `simulate(..., speculation=Speculation(k, alpha, draft, seed))` makes each decode a
+verification of up to k drafts (in the token budget, look-ahead KV reserved, rejected drafts rolled back and
+their slots given back), each accepted with probability alpha given the ones before; the draft model's steps,
+if any, are priced too (`speculative` module; counters in `SimResult.speculation`).
+
 Admission control: `simulate(..., admission=rule)` asks `rule(state, i)` about each request as it arrives;
 a rejected request is never served (no tokens, NaN latencies) and counts against goodput.
 `BacklogAdmission` is the rule derived from the TTFT and TPOT targets (`costmodel.max_backlog_tokens`):
@@ -53,6 +58,7 @@ policy and keeps every step's (request id, tokens) pairs, for tables and for ste
 One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
 `v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`), `preemption` (`Swap`),
+`speculative` (`Speculation`),
 `loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
 `servelab.simulator` itself.
 
@@ -83,6 +89,7 @@ from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
+from servelab.simulator.speculative import SpecStats, Speculation
 from servelab.simulator.state import ServingState
 from servelab.simulator.v1 import V1
 
@@ -95,6 +102,8 @@ __all__ = [
     "Requests",
     "ServingState",
     "SimResult",
+    "SpecStats",
+    "Speculation",
     "Swap",
     "Traced",
     "V1",

@@ -13,6 +13,7 @@ from servelab.simulator.arrivals import Requests, _is_int
 from servelab.simulator.metrics import SimResult
 from servelab.simulator.policies import Policy
 from servelab.simulator.preemption import Swap, resolve
+from servelab.simulator.speculative import SpecRun, Speculation, budget_of
 from servelab.simulator.state import ServingState
 from servelab.simulator.v1 import V1
 
@@ -20,7 +21,8 @@ from servelab.simulator.v1 import V1
 def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
              kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
              overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None,
-             preemption: str | Swap = "recompute", async_scheduling: bool = False) -> SimResult:
+             preemption: str | Swap = "recompute", async_scheduling: bool = False,
+             speculation: Speculation | None = None) -> SimResult:
     """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
 
     The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
@@ -42,6 +44,10 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     could foresee, so it was already scheduled into step n+1; that step computes one decode more for each such
     request (priced, at the request's full context, and counted in `SimResult.wasted_slots`). If nothing else
     runs next, the wasted decodes are dropped with the step that would have held them.
+
+    `speculation=Speculation(k, alpha, draft, seed)` makes every decode a verification of up to k draft tokens
+    (in the token budget, with look-ahead KV, rejected ones rolled back; `servelab.simulator.speculative`);
+    its counters are `SimResult.speculation`. Off by default, and not combined with `async_scheduling`.
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -54,6 +60,12 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     if admission is not None and not callable(admission):
         raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
     swap = resolve(preemption)
+    if speculation is not None:
+        if not isinstance(speculation, Speculation):
+            raise ValueError(f"speculation must be a Speculation(k, alpha, ...) or None, got {speculation!r}")
+        if async_scheduling:
+            raise ValueError("speculation and async_scheduling together are not modelled: pick one")
+        spec_run = SpecRun(speculation, budget_of(policy), gpu, overhead_s)
     if swap is not None and (isinstance(policy, V1) or isinstance(getattr(policy, "policy", None), V1)):  # Traced
         raise ValueError("V1 preempts by recompute only, as vLLM V1 does: use preemption='recompute' with it")
     n = len(requests)
@@ -109,6 +121,9 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         if ids.size == 0:
             raise RuntimeError(f"{policy.name} scheduled nothing at t={now:.6f}s with work pending")
 
+        if speculation is not None:                     # decodes become verifications: drafts, look-ahead KV
+            tokens = spec_run.add_drafts(state, ids, tokens)
+
         # price the step from its four totals (see costmodel.cost_from_totals); a chunk of c tokens on a
         # prefix of p has c*p + c*(c+1)/2 (query, key) pairs, and sum(c*(c+1)) = c.c + sum(c)
         context = computed[ids]
@@ -125,6 +140,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
         else:
             cost = costmodel.cost_from_totals(model, gpu, num_tokens, ids.size, pairs, int(context.sum()))
             step_s = cost.seconds(overhead_s)
+            if speculation is not None:
+                step_s += spec_run.draft_seconds(context)
         starts.append(now)
         step_kv.append(state.kv_used)
         now += step_s
@@ -138,6 +155,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
 
         # postprocess: advance the KV; a sequence whose KV now covers all its tokens samples one more
         new_computed = context + tokens
+        if speculation is not None:                     # accepted drafts emitted, rejected ones rolled back
+            new_computed = spec_run.verify(state, ids, new_computed, token_step, token_slot_base, step)
         computed[ids] = new_computed
         emit = ids[new_computed == seq_len[ids]]
         if emit.size:
@@ -167,4 +186,5 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                      step_swap_s=np.array(step_swap, dtype=np.float64), swaps_out=state.swaps_out,
                      swaps_in=state.swaps_in, swap_fallbacks=state.swap_fallbacks,
                      host_kv_capacity=int(state.host_kv_capacity),
-                     victim_tokens=np.array(state.victim_tokens, dtype=np.int64), wasted_slots=wasted_slots)
+                     victim_tokens=np.array(state.victim_tokens, dtype=np.int64), wasted_slots=wasted_slots,
+                     speculation=spec_run.stats if speculation is not None else None)

@@ -51,6 +51,7 @@ class SimResult:
     host_kv_capacity: int = 0            # host pool, tokens of KV (0: recompute)
     victim_tokens: np.ndarray | None = None   # each preemption in order: the tokens of KV its victim had
     wasted_slots: int = 0                # asynchronous scheduling: decodes computed for requests already done
+    speculation: object = None           # speculative decoding: its counters (speculative.SpecStats), else None
 
     def __post_init__(self):
         if self.rejected is None:

@@ -1,0 +1,213 @@
+"""Speculative decoding in the simulator: draft tokens in the budget, look-ahead KV, acceptance, rollback.
+
+`simulate(..., speculation=Speculation(k, alpha, draft=None, seed=0))` turns every decode of a step into a
+verification: the sequence computes its last token and d <= k draft tokens as one chunk of 1 + d on its cached
+context, and emits 1 + a tokens, the a drafts accepted in a row and the target's own (bonus) token after them.
+What a step does, around the policy's own schedule:
+
+1. **budget**: the policy builds its step as usual; the decoding sequences (those with tokens generated and
+   only their last one without KV) then take drafts from what is left of `max_num_batched_tokens`, in running
+   order, each at most k and never past its `output_len` (a step emits up to d + 1); drafts that do not fit
+   are cut, so a step never computes more than the budget;
+2. **look-ahead KV**: each draft takes one KV slot before the step; drafts that find no free slot are cut
+   (a guess never preempts a sequence);
+3. **acceptance**: draft j is accepted with probability `alpha` given drafts 1 .. j-1 were (one seeded
+   generator per run), so a = the accepted drafts in a row;
+4. **rollback**: the computed count goes back by the d - a rejected drafts (their KV lies past it, to be
+   overwritten) and their d - a slots go back to the free pool; the a accepted drafts are emitted, and the
+   loop's usual rule emits the bonus token (the sequence's KV covers all its tokens but the bonus).
+
+The step is priced by the roofline as it stands (a chunk of 1 + d on each context), plus, with a draft model
+(`draft`, a `ModelSpec`), max(d) decode steps of that model over the speculating sequences, each with the
+step overhead (as `spec_decode.draft_time`); `draft=None` is prompt-lookup drafting, free. The draft model's
+own KV is not modelled. Block rounding is left out, as everywhere in the simulator (one slot, one token).
+
+>>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+>>> from servelab.simulator import MixedBudget, Requests, simulate
+>>> reqs = Requests([0.0] * 4, [64] * 4, [33] * 4)
+>>> res = simulate(reqs, MixedBudget(), LLAMA3_8B, H100_SXM, speculation=Speculation(4, 1.0))
+>>> res.speculation.verify_steps, res.speculation.tokens_per_verify   # 32 tokens after the prefill's: 5+5+..+2
+(28, 4.571428571428571)
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servelab import costmodel
+from servelab.costmodel import ModelSpec
+
+__all__ = ["SpecRun", "SpecStats", "Speculation", "simulated_speedup"]
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """k draft tokens per decoding sequence and step, each accepted with probability alpha given the ones
+    before it; `draft` the draft model (None: prompt lookup, no cost); `seed` the acceptance draws'."""
+
+    k: int
+    alpha: float
+    draft: ModelSpec | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral) or self.k < 1:
+            raise ValueError(f"Speculation: k (draft tokens per step) must be an integer >= 1, got {self.k!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real) or not 0 <= self.alpha <= 1:
+            raise ValueError(f"Speculation: alpha (the chance a draft is accepted) must be a number in [0, 1], "
+                             f"got {self.alpha!r}")
+        if self.draft is not None and not isinstance(self.draft, ModelSpec):
+            raise ValueError(f"Speculation: draft must be a costmodel.ModelSpec or None, got {self.draft!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
+            raise ValueError(f"Speculation: seed must be an integer, got {self.seed!r}")
+
+
+@dataclass
+class SpecStats:
+    """A run's speculation counters (`SimResult.speculation`)."""
+
+    verify_steps: int = 0        # (sequence, step) pairs that verified at least one draft
+    draft_tokens: int = 0        # drafts computed (in the budget, with a KV slot)
+    accepted_tokens: int = 0     # drafts accepted and emitted
+    released_slots: int = 0      # look-ahead slots given back by rollbacks (= rejected drafts)
+    cut_drafts: int = 0          # drafts wanted (k, or fewer near output_len) but cut for budget or KV
+    draft_s: float = 0.0         # seconds of the draft model's steps, inside the steps' durations
+    # counts[d, e]: verifications that computed d drafts and emitted e tokens (1 + accepted, so e <= d + 1)
+    counts: np.ndarray = field(default=None, repr=False)
+
+    def tokens_per_verify_at(self, drafts: int) -> float:
+        """Mean tokens emitted by the verifications that computed exactly `drafts` drafts."""
+        row = self.counts[drafts]
+        return float(np.dot(row, np.arange(row.size)) / row.sum()) if row.sum() else float("nan")
+
+    @property
+    def tokens_per_verify(self) -> float:
+        """Tokens emitted per verification (accepted drafts + the bonus), to set against
+        spec_decode.expected_tokens_per_step(alpha, k)."""
+        return (self.accepted_tokens + self.verify_steps) / self.verify_steps if self.verify_steps else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else float("nan")
+
+
+class SpecRun:
+    """One simulation's speculation: adds the drafts to a scheduled step, prices the draft model, verifies."""
+
+    def __init__(self, spec: Speculation, budget: int, gpu, overhead_s: float):
+        self.spec, self.budget, self.gpu, self.overhead_s = spec, int(budget), gpu, overhead_s
+        self.rng = np.random.default_rng(spec.seed)
+        self.stats = SpecStats(counts=np.zeros((spec.k + 1, spec.k + 2), dtype=np.int64))
+        self.drafts = np.zeros(0, dtype=np.int64)   # this step's drafts, aligned with its ids
+
+    def add_drafts(self, state, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Give the step's decoding sequences their drafts from the budget left and the free KV; reserve a
+        look-ahead slot per draft. Returns the step's tokens with the drafts added."""
+        computed, seq_len = state.computed[ids], state.seq_len[ids]
+        decoding = (tokens == 1) & (computed == seq_len - 1) & (seq_len > state.prompt_len[ids])
+        want = np.where(decoding, np.minimum(self.spec.k, state.prompt_len[ids] + state.output_len[ids]
+                                             - seq_len - 1), 0)
+        left = min(self.budget - int(tokens.sum()), state.kv_free)
+        # in running order: the first sequences keep theirs, as the token budget is handed out
+        drafts = np.minimum(want, np.maximum(0, left - np.concatenate([[0], np.cumsum(want)[:-1]])))
+        self.drafts = drafts
+        total = int(drafts.sum())
+        state.reserved[ids] += drafts
+        state.kv_free -= total
+        self.stats.cut_drafts += int(want.sum()) - total
+        self.stats.draft_tokens += total
+        return tokens + drafts
+
+    def draft_seconds(self, context: np.ndarray) -> float:
+        """The draft model's max(d) decode steps over the speculating sequences (0 for prompt lookup)."""
+        if self.spec.draft is None or not self.drafts.any():
+            return 0.0
+        ctx = context[self.drafts > 0]
+        one = costmodel.cost_from_totals(self.spec.draft, self.gpu, ctx.size, ctx.size,
+                                         int(ctx.sum()) + ctx.size, int(ctx.sum())).seconds(self.overhead_s)
+        seconds = int(self.drafts.max()) * one
+        self.stats.draft_s += seconds
+        return seconds
+
+    def verify(self, state, ids: np.ndarray, new_computed: np.ndarray, token_step: np.ndarray,
+               token_slot_base: np.ndarray, step: int) -> np.ndarray:
+        """Accept each sequence's drafts in a row with probability alpha, emit the accepted ones, roll back past
+        them (computed and reserved slots down by the rejected); returns the computed counts after the step.
+        The loop then emits the bonus token as any decode's."""
+        drafts = self.drafts
+        spec = drafts > 0
+        if not spec.any():
+            return new_computed
+        d = drafts[spec]
+        ok = self.rng.random((d.size, int(d.max()))) < self.spec.alpha
+        ok &= np.arange(ok.shape[1]) < d[:, None]
+        accepted = np.cumprod(ok, axis=1).sum(axis=1)
+        rejected = d - accepted
+        sid = ids[spec]
+        total = int(accepted.sum())
+        if total:                                              # the accepted drafts are tokens now
+            first = np.repeat(token_slot_base[sid] + state.seq_len[sid], accepted)
+            offset = np.arange(total) - np.repeat(np.cumsum(accepted) - accepted, accepted)
+            token_step[first + offset] = step
+        state.seq_len[sid] += accepted
+        new_computed = new_computed.copy()
+        new_computed[spec] -= rejected                         # rollback: the rejected drafts' KV is past it
+        state.reserved[sid] -= rejected
+        state.kv_free += int(rejected.sum())
+        st = self.stats
+        st.verify_steps += int(sid.size)
+        st.accepted_tokens += int(accepted.sum())
+        st.released_slots += int(rejected.sum())
+        np.add.at(st.counts, (d, accepted + 1), 1)
+        return new_computed
+
+
+def budget_of(policy) -> int:
+    """The token budget a policy builds its steps under (through `Traced`)."""
+    inner = getattr(policy, "policy", policy)
+    from servelab.simulator.v1 import V1
+    if isinstance(inner, V1):
+        raise ValueError("speculation runs with PrefillFirst or MixedBudget; V1 allocates its KV in blocks "
+                         "inside vllm_scheduler, which has no look-ahead slots here")
+    budget = getattr(inner, "max_num_batched_tokens", None)
+    if budget is None:
+        raise ValueError(f"speculation needs a policy with max_num_batched_tokens, got {policy!r}")
+    return budget
+
+
+def simulated_speedup(model: ModelSpec, gpu, batch: int, prompt_len: int, output_len: int,
+                      speculation: Speculation, overhead_s: float = costmodel.DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Decode throughput with `speculation` over without, simulated: `batch` requests of `prompt_len` arrive
+    together and decode `output_len` tokens each under PrefillFirst (so the prefill steps are the same in both
+    runs and left out), counted over the decode steps that still hold the whole batch (with speculation the
+    sequences finish at different steps); set against spec_decode.speculative_speedup at about the mean
+    context of those steps.
+
+    >>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+    >>> round(simulated_speedup(LLAMA3_8B, H100_SXM, 1, 1024, 64, Speculation(4, 1.0)), 2)   # 5 tokens a step
+    4.85
+    """
+    from servelab.simulator.arrivals import Requests
+    from servelab.simulator.loop import simulate
+    from servelab.simulator.policies import PrefillFirst
+
+    reqs = Requests([0.0] * batch, [prompt_len] * batch, [output_len] * batch)
+    policy = PrefillFirst(max_num_batched_tokens=max(16384, batch * (speculation.k + 1)), max_num_seqs=batch)
+    kv = batch * (prompt_len + output_len + speculation.k)
+    runs = [simulate(reqs, policy, model, gpu, kv_capacity_tokens=kv, overhead_s=overhead_s, speculation=spec)
+            for spec in (None, speculation)]
+    return _full_batch_rate(runs[1], batch) / _full_batch_rate(runs[0], batch)
+
+
+def _full_batch_rate(res, batch: int) -> float:
+    """Tokens per second over the decode steps that hold the whole batch: after the last prefill step (the one
+    that emitted the last first token), before the first request finishes (speculation's sequences finish at
+    different steps, and a drained batch measures the stragglers, not the step)."""
+    start = int(res.token_step[res.token_offset].max()) + 1
+    steps = np.arange(res.step_seqs.size)
+    full = (steps >= start) & (res.step_seqs == batch)
+    emitted = np.bincount(res.token_step, minlength=res.step_seqs.size)
+    return float(emitted[full].sum() / res.step_duration_s[full].sum())
