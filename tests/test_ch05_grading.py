@@ -37,7 +37,8 @@ PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 
-globals().update(standard_proofs(P, SEEDS[:1], patch_seeds=SEEDS[:1], without=("drills",)))   # one seed: its cases are reference runs
+# one seed: each seed's cases are reference runs of the chapter's workloads
+globals().update(standard_proofs(P, SEEDS[:1], patch_seeds=SEEDS[:1], without=("drills",)))
 
 
 # ------------------------------------------------------------------------------------------------
