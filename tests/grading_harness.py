@@ -103,6 +103,22 @@ class Notebook:
         assert self.read()["metadata"]["kernelspec"] == {"name": "servelab", "display_name": "Python (servelab)",
                                                          "language": "python"}
 
+    def assert_authoring_conventions(self, solution_outputs: bool = True) -> None:
+        """The servelab kernel, every code cell's conventions (`conventional_code_cells`), each test cell ending with
+        `print("<exercise>: visible tests pass")` (the drills: "drills: answered") and having printed just that,
+        and (unless `solution_outputs` is False) no stored outputs in solution cells."""
+        self.assert_servelab_kernel()
+        for c, meta, source in self.conventional_code_cells():
+            if meta.get("solution") and not solution_outputs:
+                continue
+            if meta.get("solution"):
+                assert c.get("outputs") == [], meta["grade_id"]
+            if meta.get("grade"):
+                name = meta["grade_id"].removeprefix("test_")
+                line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
+                assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
+                assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
+
     def conventional_code_cells(self) -> Iterator[tuple[dict, dict, str]]:
         """(cell JSON, nbgrader metadata, source) of every code cell, each once it keeps the authoring conventions
         all chapters share: markdown cells carry no nbgrader metadata; code cells carry schema 3; a solution cell
