@@ -234,12 +234,13 @@ class Proof:
                 assert patch.says.lower() in message.lower()
 
     def assert_every_pitfall_is_one_patch(self, without=()) -> None:
-        """Each item of the notebook's Common pitfalls is one patch, naming it; every solution cell but
-        ``without`` has a pitfall; no two patches share a message."""
+        """Each item of the notebook's Common pitfalls is one patch, naming it (its message holds its `says:` phrase
+        as written); every solution cell but ``without`` has a pitfall; no two patches share a message."""
         listed = self.nb.pitfalls_text()
         assert listed.count("\n- ") == len(self.patches), "each item of Common pitfalls is one known-wrong patch"
         for p in self.patches:
-            assert p.message.startswith("Pitfall: ") and p.says.lower() in p.message.lower(), p.name
+            # as written: a grading's feedback is matched against the phrase (tests/test_autograde.py)
+            assert p.message.startswith("Pitfall: ") and p.says in p.message, f"{p.name}: {p.says!r} not in its message"
             assert p.says.lower().replace("`", "") in listed, f"{p.name}: 'Common pitfalls' does not say {p.says!r}"
             assert set(p.fails) <= set(self.chapter.cells)
         assert {c for p in self.patches for c in p.cells} == set(self.pitfalls.solution) - set(without)
