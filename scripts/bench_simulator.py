@@ -12,8 +12,10 @@ The policies: nano-vllm's prefill-first steps, the budgeted mixed step (FCFS and
 prefill), the mixed step behind chapter 03's admission rule (TPOT 30 ms, TTFT 1 s), which also prices
 the per-arrival backlog check, and the mixed step under memory pressure (100,000 tokens of KV) with chapter 08's
 swap preemption, which prices every swap's copies, and the mixed step scheduled asynchronously (each step the
-longer of its CPU and GPU parts, plus the decodes wasted after each stop). Nothing is asserted: the figures are
-for reading.
+longer of its CPU and GPU parts, plus the decodes wasted after each stop), and chapter 12's clients (a 2 s
+first-token deadline, leaving the queue when it passes, refused by a 256-request queue cap and retrying with
+jittered backoff), which prices the per-step abandonment scan and the retry heap. Nothing is asserted: the figures
+are for reading.
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ import platform
 import time
 
 from servelab.costmodel import H100_SXM, LLAMA3_8B, max_backlog_tokens, max_prefill_chunk, step_time
+from servelab.fairness import token_weights
 from servelab.simulator import (
     BacklogAdmission,
+    Backoff,
+    Clients,
     MixedBudget,
     PrefillFirst,
+    QueueCap,
     Requests,
     Speculation,
     Swap,
+    TokenFair,
     lognormal_lengths,
     poisson_arrivals,
     simulate,
@@ -74,7 +81,11 @@ def main() -> None:
             ("mixed + admission rule", MixedBudget(), {"admission": _admission_rule()}),
             ("mixed, swap, 100k KV", MixedBudget(), {"kv_capacity_tokens": 100_000, "preemption": Swap()}),
             ("mixed, async scheduling", MixedBudget(), {"async_scheduling": True}),
-            ("mixed, speculation k=4", MixedBudget(), {"speculation": Speculation(4, 0.7)})]
+            ("mixed, speculation k=4", MixedBudget(), {"speculation": Speculation(4, 0.7)}),
+            ("mixed, clients + retries", MixedBudget(), {"admission": QueueCap(256),
+                                                         "clients": Clients(2.0, retry=Backoff(0.5, 8.0))}),
+            ("token-fair, 4 tenants", TokenFair([i % 4 for i in range(n)],
+                                                token_weights(LLAMA3_8B, H100_SXM, 512, 64, 640)), {})]
     for label, policy, kwargs in runs:
         t0 = time.perf_counter()
         result = simulate(requests, policy, LLAMA3_8B, H100_SXM, **kwargs)

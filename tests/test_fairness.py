@@ -95,3 +95,28 @@ def test_bad_input_is_refused_and_the_examples_hold():
     with pytest.raises(ValueError, match="no tenants"):
         request_fair_shares({}, W)
     assert doctest.testmod(fairness).failed == 0
+
+
+def test_interactive_tpot_is_the_step_of_both_classes():
+    both = fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 32, 16000)
+    alone = fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 0, 0)
+    step = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[2000] * 64 + [16000] * 32)
+    assert both == step and both > 2 * alone
+    with pytest.raises(ValueError, match="batch_decodes"):
+        fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 1, 1, -1, 1)
+
+
+def test_the_document_length_gives_its_share_back():
+    L = fairness.document_len_for_share(0.96, (300, 200), 200, W)
+    assert request_fair_shares({"docs": (L, 200), "chat": (300, 200)}, W)["docs"] == pytest.approx(0.96)
+    assert fairness.document_len_for_share(0.5, (300, 200), 200, W) == pytest.approx(300)
+    with pytest.raises(ValueError, match="share"):
+        fairness.document_len_for_share(1.0, (300, 200), 200, W)
+
+
+def test_next_tenant_charges_lifts_and_picks_without_changing_its_input():
+    counters = {"A": 100.0, "B": 90.0, "C": 5.0}
+    pick, new = fairness.next_tenant(counters, {"B": (20, 1)}, TokenWeights(1.0, 8.0), {"A", "B", "C"}, {"C"})
+    assert (pick, new) == ("A", {"A": 100.0, "B": 118.0, "C": 100.0}) and counters["C"] == 5.0
+    # nobody stayed backlogged: nothing to lift to, and a new tenant starts at 0
+    assert fairness.next_tenant({"A": 3.0}, {}, W, {"A", "B"}, {"A", "B"}) == ("B", {"A": 3.0, "B": 0.0})

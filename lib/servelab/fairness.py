@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from servelab import capacity, costmodel
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec  # noqa: F401 - examples
 
-__all__ = ["TokenWeights", "VirtualTokenCounter", "batch_kv_quota", "request_fair_shares", "token_weights"]
+__all__ = ["TokenWeights", "VirtualTokenCounter", "batch_kv_quota", "document_len_for_share", "interactive_tpot",
+           "next_tenant", "request_fair_shares", "token_weights"]
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,57 @@ def batch_kv_quota(model: ModelSpec, gpu: GPUSpec, tpot_target_s: float, interac
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo * batch_context
+
+
+def interactive_tpot(model: ModelSpec, gpu: GPUSpec, interactive_decodes: int, interactive_context: int,
+                     batch_decodes: int, batch_context: int, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Seconds between two tokens of an interactive sequence when a decode step holds `interactive_decodes`
+    interactive sequences at `interactive_context` tokens and `batch_decodes` batch-class ones at `batch_context`:
+    every sequence in the step waits for the whole step, and the step reads the KV of all of them.
+
+    >>> round(interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 0, 0) * 1e3, 2)      # the chats alone
+    10.3
+    >>> round(interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 32, 16000) * 1e3, 2) # 32 documents beside them
+    30.34
+    """
+    for name, v in (("interactive_decodes", interactive_decodes), ("batch_decodes", batch_decodes),
+                    ("interactive_context", interactive_context), ("batch_context", batch_context)):
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v!r}")
+    lens = [interactive_context] * interactive_decodes + [batch_context] * batch_decodes
+    return costmodel.step_time(model, gpu, decode_context_lens=lens, overhead_s=overhead_s)
+
+
+def document_len_for_share(share: float, chat: tuple[float, float], doc_output: float,
+                           weights: TokenWeights) -> float:
+    """The prompt length of the document tenant's request that gives it `share` of the GPU when requests are
+    served one per tenant in turn beside a chat tenant's (`chat` = (prompt, output) tokens): its request must
+    cost share / (1 - share) times the chat's, and what its output does not cost, its prompt does.
+
+    >>> round(document_len_for_share(0.96, (300, 200), 200, TokenWeights(15e-6, 120e-6)))
+    44000
+    """
+    if not 0 < share < 1:
+        raise ValueError(f"share must be in (0, 1), got {share!r}")
+    need = share / (1 - share) * weights.cost(*chat) - weights.decode_s * doc_output
+    return max(need, 0.0) / weights.prefill_s
+
+
+def next_tenant(counters: dict[str, float], served: dict[str, tuple[float, float]], weights: TokenWeights,
+                backlogged: set[str], returning: set[str]) -> tuple[str, dict[str, float]]:
+    """One step of the fair scheduler on plain counters: charge what the step `served` ({tenant: (prompt tokens,
+    output tokens)}) at `weights`, lift each tenant in `returning` (backlogged again after having no work) to the
+    smallest counter among the others that stayed backlogged, then pick the backlogged tenant with the smallest
+    counter (ties: the first name). Returns (that tenant, the new counters); `counters` is not changed.
+
+    >>> w = TokenWeights(prefill_s=1.0, decode_s=8.0)
+    >>> next_tenant({"A": 100.0, "B": 90.0, "C": 5.0}, {"B": (20, 1)}, w, {"A", "B", "C"}, {"C"})
+    ('A', {'A': 100.0, 'B': 118.0, 'C': 100.0})
+    """
+    vtc = VirtualTokenCounter(weights, dict(counters))
+    for t, (p, d) in served.items():
+        vtc.charge(t, p, d)
+    stayed = set(backlogged) - set(returning)
+    for t in sorted(returning):
+        vtc.activate(t, stayed)
+    return vtc.pick(set(backlogged)), vtc.counters

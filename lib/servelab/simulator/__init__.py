@@ -51,6 +51,17 @@ a rejected request is never served (no tokens, NaN latencies) and counts against
 `BacklogAdmission` is the rule derived from the TTFT and TPOT targets (`costmodel.max_backlog_tokens`):
 admit only if the prompt tokens queued ahead plus the request's own can be prefilled in time.
 
+Clients: `simulate(..., clients=Clients(deadline_s, abandon=True, retry=Backoff(base_s, cap_s, jitter,
+max_retries, seed)))` puts a client with a first-token deadline behind each request: a request still waiting at
+its deadline leaves the queue (`abandon=True`; the engine hears of the disconnect), an admitted one whose first
+token comes later is served-but-dead (`SimResult.dead`, `dead_tokens`), and a refused one is sent again after
+its backoff delay (`SimResult.attempts`). `QueueCap(max_waiting)` is a queue-length refusal rule (`clients`).
+
+Tenants and classes (`fair`): `TokenFair(tenant, weights, ...)` shares the budget left after the decodes between
+tenants by virtual token counters (roofline token weights, the smallest counter first, a returning tenant lifted
+to the smallest backlogged one); `Priority(priority, batch_kv_quota, ...)` admits interactive requests first,
+caps the batch class's KV and preempts batch sequences for an interactive request that does not fit.
+
 Per request the result holds the time of every token (as a step index: no per-token Python objects), so
 TTFT, TPOT, every inter-token gap, queueing delay and finish time all come out of arrays. `Traced` wraps a
 policy and keeps every step's (request id, tokens) pairs, for tables and for step-by-step comparisons.
@@ -58,7 +69,7 @@ policy and keeps every step's (request id, tokens) pairs, for tables and for ste
 One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
 `v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`), `preemption` (`Swap`),
-`speculative` (`Speculation`),
+`speculative` (`Speculation`), `clients` (`Clients`, `Backoff`, `QueueCap`), `fair` (`TokenFair`, `Priority`),
 `loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
 `servelab.simulator` itself.
 
@@ -85,6 +96,8 @@ from servelab.simulator.arrivals import (
     trace_arrivals,
     uniform_lengths,
 )
+from servelab.simulator.clients import Backoff, Clients, QueueCap
+from servelab.simulator.fair import Priority, TokenFair
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
@@ -96,15 +109,20 @@ from servelab.simulator.v1 import V1
 __all__ = [
     "Admission",
     "BacklogAdmission",
+    "Backoff",
+    "Clients",
     "MixedBudget",
     "Policy",
     "PrefillFirst",
+    "Priority",
+    "QueueCap",
     "Requests",
     "ServingState",
     "SimResult",
     "SpecStats",
     "Speculation",
     "Swap",
+    "TokenFair",
     "Traced",
     "V1",
     "burst_arrivals",

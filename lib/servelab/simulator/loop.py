@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 import numbers
+import random
 
 import numpy as np
 
@@ -10,6 +13,7 @@ from servelab import costmodel
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.simulator.admission import Admission
 from servelab.simulator.arrivals import Requests, _is_int
+from servelab.simulator.clients import Clients, drop_expired
 from servelab.simulator.metrics import SimResult
 from servelab.simulator.policies import Policy
 from servelab.simulator.preemption import Swap, resolve
@@ -22,7 +26,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
              kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
              overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None,
              preemption: str | Swap = "recompute", async_scheduling: bool = False,
-             speculation: Speculation | None = None) -> SimResult:
+             speculation: Speculation | None = None, clients: Clients | None = None) -> SimResult:
     """Run `requests` through `policy` on one `gpu` serving `model` until every request has finished.
 
     The KV capacity is `kv_capacity_tokens` if given, else what fits next to the weights in
@@ -48,6 +52,12 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     `speculation=Speculation(k, alpha, draft, seed)` makes every decode a verification of up to k draft tokens
     (in the token budget, with look-ahead KV, rejected ones rolled back; `servelab.simulator.speculative`);
     its counters are `SimResult.speculation`. Off by default, and not combined with `async_scheduling`.
+
+    `clients=Clients(deadline_s, abandon, retry)` puts a client with a first-token deadline behind every request
+    (`servelab.simulator.clients`): with `abandon=True` a request still waiting at its deadline leaves the queue;
+    an admitted one whose first token comes too late is served-but-dead (`SimResult.dead`, `dead_tokens`); with
+    `retry=Backoff(...)` a request the admission rule refuses arrives again after its backoff delay. Off by
+    default (every request's client waits for ever and never retries).
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -60,6 +70,11 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     if admission is not None and not callable(admission):
         raise ValueError(f"admission must be a callable (state, request id) -> bool, got {admission!r}")
     swap = resolve(preemption)
+    if clients is not None:
+        if not isinstance(clients, Clients):
+            raise ValueError(f"clients must be a Clients(deadline_s, ...) or None, got {clients!r}")
+        if clients.abandon and (isinstance(policy, V1) or isinstance(getattr(policy, "policy", None), V1)):
+            raise ValueError("V1 keeps its own waiting queue: use Clients(..., abandon=False) with it")
     if speculation is not None:
         if not isinstance(speculation, Speculation):
             raise ValueError(f"speculation must be a Speculation(k, alpha, ...) or None, got {speculation!r}")
@@ -88,30 +103,69 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     rejected = np.zeros(n, dtype=bool)
     starts, ends, step_tokens, step_seqs, step_decodes, step_kv, step_swap = [], [], [], [], [], [], []
     seq_len, computed, reserved = state.seq_len, state.computed, state.reserved
+    # clients (servelab.simulator.clients): each attempt's arrival, the retries still to come as a heap of
+    # (time, request id), who left the queue; without clients none of it changes anything
+    attempt_s = arrival.astype(np.float64)
+    attempts = np.ones(n, dtype=np.int64)
+    abandoned = np.zeros(n, dtype=bool)
+    retries: list[tuple[float, int]] = []
+    retried_at: list[float] = []                       # when each retry arrived, in order
+    retry = clients.retry if clients is not None else None
+    retry_rng = random.Random(retry.seed) if retry is not None else None
+    deadline_s = clients.deadline_s if clients is not None else math.inf
+    expires_s = attempt_s + deadline_s
 
     now, next_arrival, num_finished, step = 0.0, 0, 0, 0
     waste = np.empty(0, dtype=np.int64)   # async: contexts of the decodes scheduled for requests already done
     wasted_slots = 0
     while num_finished < n:
-        if next_arrival < n and arrival[next_arrival] <= now:
+        if retries and retries[0][0] <= now:
+            # first arrivals and retries that came by now, in the order they came (a retry keeps its request id)
             upto = int(np.searchsorted(arrival, now, side="right"))
+            came = [(float(arrival[i]), i) for i in range(next_arrival, upto)]
+            while retries and retries[0][0] <= now:
+                came.append(heapq.heappop(retries))
+                retried_at.append(came[-1][0])
+            came.sort()
+            next_arrival = upto
+        elif next_arrival < n and arrival[next_arrival] <= now:
+            upto = int(np.searchsorted(arrival, now, side="right"))
+            came = range(next_arrival, upto) if retry is None else [(float(arrival[i]), i)
+                                                                      for i in range(next_arrival, upto)]
+            next_arrival = upto
+        else:
+            came = ()
+        if came:
             if admission is None:
-                state.waiting.extend(range(next_arrival, upto))
+                state.waiting.extend(came if retry is None else (i for _, i in came))
             else:
                 state.now = now
-                for i in range(next_arrival, upto):
+                for i in came:
+                    if retry is not None:
+                        at, i = i
+                        attempt_s[i], expires_s[i] = at, at + deadline_s     # this attempt's own clock
                     if admission(state, i):
                         state.waiting.append(i)
+                    elif retry is not None and attempts[i] <= retry.max_retries:
+                        # refused (a 429, seen by its client now): it sends it again after its backoff
+                        heapq.heappush(retries, (now + retry.delay(int(attempts[i]) - 1, retry_rng), i))
+                        attempts[i] += 1
                     else:
                         rejected[i] = finished[i] = True
                         num_finished += 1
-            next_arrival = upto
+        if clients is not None and clients.abandon and state.waiting:
+            gone = drop_expired(state, now, expires_s)
+            if gone:
+                abandoned[gone] = finished[gone] = True
+                num_finished += len(gone)
         if not state.waiting and not state.running.size:
-            if next_arrival == n:
+            if next_arrival == n and not retries:
                 if num_finished == n:
-                    break                               # the last arrivals were all rejected
+                    break                               # the last arrivals were all rejected (or left)
                 raise RuntimeError("nothing to run and nothing left to arrive, yet some request is unfinished")
-            now = float(arrival[next_arrival])          # idle: jump to the next arrival
+            # idle: jump to the next arrival (a first one or a retry)
+            now = min(float(arrival[next_arrival]) if next_arrival < n else math.inf,
+                      retries[0][0] if retries else math.inf)
             waste = waste[:0]                           # the wasted decodes went with the step nobody needed
             continue
 
@@ -187,4 +241,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                      swaps_in=state.swaps_in, swap_fallbacks=state.swap_fallbacks,
                      host_kv_capacity=int(state.host_kv_capacity),
                      victim_tokens=np.array(state.victim_tokens, dtype=np.int64), wasted_slots=wasted_slots,
-                     speculation=spec_run.stats if speculation is not None else None)
+                     speculation=spec_run.stats if speculation is not None else None,
+                     **({} if clients is None else {"abandoned": abandoned, "attempts": attempts,
+                                                    "attempt_arrival_s": attempt_s, "deadline_s": deadline_s,
+                                                    "retry_arrival_s": np.array(retried_at)}))

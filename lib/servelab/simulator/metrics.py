@@ -24,7 +24,12 @@ class SimResult:
 
     Token k of request i (k = 0 .. output_len[i]-1) was emitted at the end of step
     `token_step[token_offset[i] + k]`, i.e. at `step_end_s[...]`. A request rejected by admission control
-    (`rejected[i]`) emitted nothing: its token steps are -1 and its latencies NaN.
+    (`rejected[i]`) emitted nothing: its token steps are -1 and its latencies NaN; so did one whose client left
+    the queue at its deadline (`abandoned[i]`, with `simulate(..., clients=Clients(...))`).
+
+    With clients (servelab.simulator.clients), `attempts[i]` is how many times request i was sent, and
+    `attempt_arrival_s[i]` when its last attempt arrived; latencies stay measured from the first
+    (`arrival_s`). `dead` marks the served requests whose first token came after their attempt's deadline.
     """
 
     policy: str
@@ -52,12 +57,26 @@ class SimResult:
     victim_tokens: np.ndarray | None = None   # each preemption in order: the tokens of KV its victim had
     wasted_slots: int = 0                # asynchronous scheduling: decodes computed for requests already done
     speculation: object = None           # speculative decoding: its counters (speculative.SpecStats), else None
+    # clients with deadlines (servelab.simulator.clients); without them nobody leaves, retries or is late
+    abandoned: np.ndarray | None = None  # per request: left the waiting queue at its deadline, never served
+    attempts: np.ndarray | None = None   # per request: times it was sent (1 + its retries)
+    attempt_arrival_s: np.ndarray | None = None   # per request: when its last attempt arrived
+    deadline_s: float = float("inf")     # each attempt's first-token deadline
+    retry_arrival_s: np.ndarray | None = None     # when each retry arrived, in order (none without clients)
 
     def __post_init__(self):
         if self.rejected is None:
             object.__setattr__(self, "rejected", np.zeros(len(self.requests), dtype=bool))
         if self.step_swap_s is None:
             object.__setattr__(self, "step_swap_s", np.zeros(self.step_end_s.size))
+        if self.abandoned is None:
+            object.__setattr__(self, "abandoned", np.zeros(len(self.requests), dtype=bool))
+        if self.attempts is None:
+            object.__setattr__(self, "attempts", np.ones(len(self.requests), dtype=np.int64))
+        if self.attempt_arrival_s is None:
+            object.__setattr__(self, "attempt_arrival_s", self.requests.arrival_s)
+        if self.retry_arrival_s is None:
+            object.__setattr__(self, "retry_arrival_s", np.empty(0))
         if self.victim_tokens is None:
             object.__setattr__(self, "victim_tokens", np.zeros(int(self.preemptions.sum()), dtype=np.int64))
         for name in ("swaps_out", "swaps_in", "swap_fallbacks"):
@@ -76,8 +95,21 @@ class SimResult:
 
     @property
     def served(self) -> np.ndarray:
-        """Requests that were admitted (all of them without admission control)."""
-        return ~self.rejected
+        """Requests that were admitted and computed (all of them without admission control or clients)."""
+        return ~(self.rejected | self.abandoned)
+
+    @property
+    def dead(self) -> np.ndarray:
+        """Served-but-dead: requests computed whose first token came after their attempt's deadline, so their
+        client had given up (none without clients)."""
+        with np.errstate(invalid="ignore"):
+            return self.served & (self.first_token_s - self.attempt_arrival_s > self.deadline_s)
+
+    @property
+    def dead_tokens(self) -> int:
+        """Tokens computed for nobody: the prompt and output tokens of the served-but-dead requests."""
+        dead = self.dead
+        return int(self.requests.prompt_len[dead].sum() + self.generated[dead].sum())
 
     def _times(self, token_index=None) -> np.ndarray:
         """Emission times of the given token slots (default: all of them); NaN for a rejected request's."""
@@ -85,7 +117,7 @@ class SimResult:
         if not self.step_end_s.size:
             return np.full(np.shape(steps), np.nan)
         times = self.step_end_s[steps]
-        return np.where(steps >= 0, times, np.nan) if self.rejected.any() else times
+        return np.where(steps >= 0, times, np.nan) if not self.served.all() else times
 
     def token_times(self, i: int) -> np.ndarray:
         start = self.token_offset[i]
@@ -126,7 +158,7 @@ class SimResult:
         gaps = np.diff(self._times())
         keep = np.ones(gaps.size, dtype=bool)
         keep[self.token_offset[1:] - 1] = False        # the step from one request's last token to the next's first
-        if self.rejected.any():
+        if not self.served.all():
             keep &= ~np.isnan(gaps)
         return gaps, keep
 
@@ -193,6 +225,11 @@ class SimResult:
         out = {"requests": len(self.requests), "steps": self.step_end_s.size, "duration_s": self.duration_s,
                "throughput_tok_s": self.throughput(), "requests_per_s": len(self.requests) / self.duration_s,
                "preemptions": int(self.preemptions.sum()), "rejected": int(self.rejected.sum())}
+        if self.deadline_s != float("inf"):             # clients only: the summary without them is unchanged
+            out["abandoned"] = int(self.abandoned.sum())
+            out["retries"] = int(self.attempts.sum() - len(self.requests))
+            out["dead"] = int(self.dead.sum())
+            out["dead_tokens"] = self.dead_tokens
         for metric in ("ttft", "tpot", "queueing_delay"):
             for q, v in percentiles(getattr(self, metric)).items():
                 out[f"{metric}_p{q}_s"] = v

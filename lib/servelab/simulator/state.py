@@ -75,8 +75,19 @@ class ServingState:
         """Preempt the most recently admitted running sequence: free its KV and put it at the front of the
         waiting queue. Recompute (the default) drops its KV; with swap preemption its KV is copied out to the
         host pool if it fits there (it keeps `computed`), else it is recomputed too. Returns its id."""
-        i = int(self.running[-1])
-        self.running = self.running[:-1]
+        return self.preempt(int(self.running[-1]))
+
+    def preempt(self, i: int) -> int:
+        """Preempt running sequence `i`, wherever it is in `running` (a priority policy's victim), exactly as
+        `preempt_tail` preempts the last one. Returns `i`."""
+        i = int(i)
+        if self.running.size and self.running[-1] == i:
+            self.running = self.running[:-1]
+        else:
+            keep = self.running != i
+            if keep.all():
+                raise ValueError(f"preempt: request {i} is not running")
+            self.running = self.running[keep]
         self.kv_free += int(self.reserved[i])
         self.reserved[i] = 0
         self.victim_tokens.append(int(self.computed[i]))

@@ -1,0 +1,235 @@
+"""Tenants and priority classes in the step loop: a token-fair scheduler and a priority policy with a KV quota.
+
+Both policies build the budgeted mixed step of `MixedBudget` (every running sequence decodes, prompt chunks fill
+what is left of `max_num_batched_tokens`) and differ in who gets the leftover budget and who is admitted:
+
+* `TokenFair(tenant, weights)`: `tenant[i]` names request i's tenant. A virtual token counter per tenant
+  (`servelab.fairness.VirtualTokenCounter`) is charged each step with the tenant's decode tokens and prompt
+  tokens at the roofline's prices (`weights`); the leftover budget goes in `quantum`-token grants, each to the
+  backlogged tenant with the smallest counter (its oldest part-prefilled prompt, else its oldest waiting request).
+  A tenant that becomes backlogged again after having no work is lifted to the smallest counter of the tenants
+  that stayed backlogged (`lift=False` turns the rule off, to show what banking credit does).
+* `Priority(priority, batch_kv_quota)`: `priority[i]` is request i's class, 0 the interactive one, larger values
+  lower (as vLLM's `priority` field: smaller is served first). Waiting requests are admitted in order of
+  (class, arrival); the classes above 0 together may hold at most `batch_kv_quota` tokens of KV (None: no cap); an
+  interactive request that does not fit preempts running lower-class sequences first. A victim is always the
+  running sequence of the largest class value, the latest arrival among equals: the key vLLM 0.33.0 uses,
+  `max(self.running, key=lambda r: (r.priority, r.arrival_time))` in `Scheduler.schedule`
+  (vllm/v1/core/sched/scheduler.py), where vLLM preempts only when a running request cannot get its next KV
+  blocks; the admission-time preemption here (`preempt_for_interactive`) is this simulator's option.
+
+Request ids are in arrival order (`Requests` sorts arrivals), so "latest arrival" is "largest id".
+
+>>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+>>> from servelab.fairness import token_weights
+>>> from servelab.simulator import Requests, simulate
+>>> reqs = Requests([0.0] * 8, [4000, 300] * 4, [50, 50] * 4)
+>>> w = token_weights(LLAMA3_8B, H100_SXM, 2000, 64, 2000)
+>>> res = simulate(reqs, TokenFair([0, 1] * 4, w, max_num_batched_tokens=1024), LLAMA3_8B, H100_SXM)
+>>> bool(res.ttft[1::2].max() < res.ttft[0::2].min())     # the short prompts' tenant is not stuck behind
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servelab.fairness import TokenWeights, VirtualTokenCounter
+from servelab.simulator.policies import _check_limits, _with_admitted
+from servelab.simulator.state import ServingState
+
+__all__ = ["Priority", "TokenFair", "tenant_service"]
+
+
+def _decode_all(state: ServingState, victim) -> tuple[np.ndarray, np.ndarray]:
+    """Give every running sequence that is decoding its KV slot, preempting `victim(state)` while short. Returns
+    (running, tokens to compute left for each) with the decode slots reserved."""
+    while True:
+        running = state.running
+        decoding = running[state.reserved[running] < state.seq_len[running]]
+        if state.kv_free >= decoding.size:
+            break
+        state.preempt(victim(state))
+    state.reserved[decoding] += 1
+    state.kv_free -= decoding.size
+    return running, state.seq_len[running] - state.computed[running]
+
+
+@dataclass
+class TokenFair:
+    """Token-fair sharing between tenants: the backlogged tenant with the smallest virtual counter gets the next
+    `quantum` tokens of the step's leftover budget (see the module docstring). `counters` holds the counters after
+    the run; `served_s[t]` the GPU-seconds tenant t was charged."""
+
+    tenant: np.ndarray
+    weights: TokenWeights
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    quantum: int = 256
+    lift: bool = True
+    name: str = field(default="token-fair", compare=False)
+
+    def __post_init__(self):
+        _check_limits("TokenFair", self.max_num_batched_tokens, self.max_num_seqs)
+        if not isinstance(self.quantum, int) or self.quantum < 1:
+            raise ValueError(f"TokenFair: quantum must be an integer >= 1 (tokens), got {self.quantum!r}")
+        self.tenant = np.asarray(self.tenant).ravel()
+        self._vtc = VirtualTokenCounter(self.weights)
+        self._backlogged: set = set()
+
+    @property
+    def counters(self) -> dict:
+        return dict(self._vtc.counters)
+
+    def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
+        running, remaining = _decode_all(state, lambda s: int(s.running[-1]))
+        tenant, vtc = self.tenant, self._vtc
+        waiting = np.fromiter(state.waiting, dtype=np.int64, count=len(state.waiting))
+        waiting_of = {int(t): list(waiting[tenant[waiting] == t]) for t in np.unique(tenant[waiting])}
+        backlogged = {int(t) for t in tenant[running]} | set(waiting_of)
+        for t in sorted(backlogged - self._backlogged):   # work again after none: no credit for the idle time
+            if self.lift:
+                vtc.activate(t, backlogged & self._backlogged)
+            else:
+                vtc.counters.setdefault(t, 0.0)
+        self._backlogged = backlogged
+        for t in tenant[running[remaining == 1]]:
+            vtc.charge(int(t), decode_tokens=1)
+
+        tokens = np.minimum(remaining, 1)
+        budget = self.max_num_batched_tokens - running.size
+        cap = min(self.max_num_seqs, self.max_num_batched_tokens)
+        # prompt work per tenant, oldest first: [tokens still to compute, position in running or -1 if new]
+        work: dict[int, list] = {}
+        for j in (remaining > 1).nonzero()[0]:
+            work.setdefault(int(tenant[running[j]]), []).append([int(remaining[j]) - 1, int(j)])
+        new_ids, new_tokens, blocked = [], [], set()
+        while budget > 0:
+            cands = {t for t, w in work.items() if w}
+            if not state.preempted_this_step:    # as MixedBudget: no admission right after a preemption
+                cands |= {t for t, ids in waiting_of.items() if ids} - blocked
+            if not cands:
+                break
+            t = vtc.pick(cands)
+            if not work.get(t):                            # admit the tenant's oldest waiting request
+                i = int(waiting_of[t][0])
+                if running.size + len(new_ids) >= cap or not state.can_admit(i):
+                    blocked.add(t)
+                    continue
+                waiting_of[t].pop(0)
+                state.waiting.remove(i)
+                state.admit(i)
+                new_ids.append(i)
+                new_tokens.append(0)
+                work.setdefault(t, []).append([int(state.seq_len[i] - state.computed[i]), -1 - (len(new_ids) - 1)])
+            item = work[t][0]
+            n = min(item[0], budget, self.quantum)
+            if item[1] >= 0:
+                tokens[item[1]] += n
+            else:
+                new_tokens[-1 - item[1]] += n
+            item[0] -= n
+            budget -= n
+            vtc.charge(t, prefill_tokens=n)
+            if item[0] == 0:
+                work[t].pop(0)
+        return _with_admitted(state, running, tokens, new_ids, new_tokens)
+
+
+@dataclass
+class Priority:
+    """Priority classes with a KV quota for the lower ones (see the module docstring). `priority[i]` is request
+    i's class (0 interactive); `batch_kv_quota` caps the KV tokens that all classes above 0 hold together, checked
+    when one is admitted (each then grows by a slot a decode: size the quota at the sequences' final length, as
+    `servelab.fairness.batch_kv_quota` does with `batch_context`)."""
+
+    priority: np.ndarray
+    batch_kv_quota: int | None = None
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    preempt_for_interactive: bool = True
+    name: str = field(default="priority", compare=False)
+
+    def __post_init__(self):
+        _check_limits("Priority", self.max_num_batched_tokens, self.max_num_seqs)
+        if self.batch_kv_quota is not None and (not isinstance(self.batch_kv_quota, int | np.integer)
+                                                or self.batch_kv_quota < 0):
+            raise ValueError(f"Priority: batch_kv_quota must be None or an integer >= 0 (KV tokens), "
+                             f"got {self.batch_kv_quota!r}")
+        self.priority = np.asarray(self.priority).ravel()
+
+    def _victim(self, state: ServingState, below: int = -1) -> int | None:
+        """The running sequence of the largest class value, the latest arrival among equals (vLLM's key);
+        only among classes > `below`. None when there is none."""
+        running = state.running
+        running = running[self.priority[running] > below]
+        if not running.size:
+            return None
+        return int(max(running.tolist(), key=lambda i: (int(self.priority[i]), i)))
+
+    def _batch_held(self, state: ServingState) -> int:
+        r = state.running
+        return int(state.reserved[r[self.priority[r] > 0]].sum())
+
+    def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
+        prio = self.priority
+        order = sorted(state.waiting, key=lambda i: (int(prio[i]), i))
+        # 0. an interactive request at the head that does not fit takes KV from the lower classes first
+        if self.preempt_for_interactive and order and prio[order[0]] == 0:
+            head = order[0]
+            while not state.kv_free >= state.seq_len[head] + state.running.size:
+                victim = self._victim(state, below=0)
+                if victim is None:
+                    break
+                state.preempt(victim)
+            order = sorted(state.waiting, key=lambda i: (int(prio[i]), i))
+        running, remaining = _decode_all(state, self._victim)
+        tokens = np.minimum(remaining, 1)
+        budget = self.max_num_batched_tokens - running.size
+        for j in (remaining > 1).nonzero()[0]:                     # part-prefilled prompts, in admission order
+            if budget <= 0:
+                break
+            n = min(int(remaining[j]), budget + 1)
+            tokens[j] = n
+            budget -= n - 1
+        new_ids, new_tokens = [], []
+        cap = min(self.max_num_seqs, self.max_num_batched_tokens)
+        held = self._batch_held(state)
+        interactive_only = state.preempted_this_step                # a preemption made room for class 0 only
+        for i in order:
+            if budget <= 0 or running.size + len(new_ids) >= cap:
+                break
+            if prio[i] > 0:
+                if interactive_only:
+                    break
+                if self.batch_kv_quota is not None and held + state.seq_len[i] > self.batch_kv_quota:
+                    break                                           # the batch class is at its quota
+            if not state.can_admit(i):
+                break
+            state.waiting.remove(i)
+            state.admit(i)
+            if prio[i] > 0:
+                held += int(state.seq_len[i])
+            n = min(int(state.seq_len[i] - state.computed[i]), budget)
+            budget -= n
+            new_ids.append(i)
+            new_tokens.append(n)
+        return _with_admitted(state, running, tokens, new_ids, new_tokens)
+
+
+def tenant_service(steps: list, tenant, weights: TokenWeights) -> np.ndarray:
+    """GPU-seconds each tenant was served up to the end of each step, from a `Traced` policy's `steps` (lists of
+    (request id, tokens)): row k, column t is tenant t's total after step k. An entry of one token is priced as a
+    decode, a longer one as that many prompt tokens.
+
+    >>> tenant_service([[(0, 100), (1, 1)], [(1, 1)]], [0, 1], TokenWeights(1.0, 8.0)).tolist()
+    [[100.0, 8.0], [100.0, 16.0]]
+    """
+    tenant = np.asarray(tenant).ravel()
+    out = np.zeros((len(steps), int(tenant.max()) + 1 if tenant.size else 0))
+    for k, step in enumerate(steps):
+        for i, n in step:
+            out[k, tenant[i]] += weights.decode_s if n == 1 else weights.prefill_s * n
+    return np.cumsum(out, axis=0)
