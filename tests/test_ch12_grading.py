@@ -1,0 +1,138 @@
+"""Chapter 12 is graded from its table (servelab_autograder/checks/ch12.py), outside the learner's kernel: proved
+here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
+
+- the solution passes every graded cell on two seeds; the released stubs fail every one;
+- each known-wrong patch (autograder/known_wrong/ch12_queueing_and_overload/*.diff) still applies to the
+  solution, loses exactly the cells it lists, and names its pitfall on the first line of each;
+- the cases reach what the pitfalls get wrong: variance and none, a target of one prefill, spikes under capacity and
+  a base load that fills the server, peaks under the dead line, a request exactly on its deadline, delays past the
+  cap, with and without a generator;
+- the drills name their known-wrong answers; the notebook tags each of its questions on a graded cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import matplotlib
+from grading_harness import Notebook, Proof, standard_proofs
+
+matplotlib.use("Agg")
+
+from servelab import queueing  # noqa: E402
+from servelab_autograder import ch12, verdicts  # noqa: E402
+from servelab_autograder.checks import ch12 as table  # noqa: E402
+
+A = "ch12_queueing_and_overload"
+CHAPTER = table.CHAPTER
+
+
+class _Notebook(Notebook):
+    def runs(self, meta: dict) -> bool:
+        """The demos (simulations and pictures) are left out: no visible test reads what they make."""
+        return meta.get("grade_id") not in CHAPTER.demos
+
+
+NB = _Notebook(A)
+P = Proof(A, NB)
+solution, grade = P.solution, P.grade
+SEEDS = (0, 20261201)
+
+
+@functools.cache
+def notebook_namespace() -> dict:
+    return NB.namespace()
+
+
+globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
+
+
+def test_the_table_grades_every_test_cell_and_names_real_cells():
+    tests = NB.test_cells()
+    assert set(CHAPTER.cells) == set(tests)
+    assert NB.solution_ids() == ["utilization_limit", "drain_time", "dead_requests", "admit_by_deadline",
+                                 "retry_delay", "drills"]
+    assert {g: m["points"] for g, m in tests.items()} == {
+        "test_utilization_limit": 2, "test_drain_time": 2, "test_dead_requests": 2, "test_admit_by_deadline": 2,
+        "test_retry_delay": 2, "test_drills": 2}
+    ids = {c.meta.get("grade_id") for c in NB.cells}
+    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
+    for ref in CHAPTER.references:
+        module, name = ref.split(":")
+        assert module == "servelab.queueing" and callable(getattr(queueing, name)), ref
+
+
+def test_notebook_follows_the_authoring_conventions():
+    NB.assert_servelab_kernel()
+    for c, meta, source in NB.conventional_code_cells():
+        if meta.get("solution"):
+            assert c.get("outputs") == [], meta["grade_id"]
+        if meta.get("grade"):
+            name = meta["grade_id"].removeprefix("test_")
+            line = "drills: answered" if name == "drills" else f"{name}: visible tests pass"
+            assert source.rstrip().endswith(f'print("{line}")'), meta["grade_id"]
+            assert ["".join(o.get("text", "")) for o in c["outputs"]] == [line + "\n"], meta["grade_id"]
+    pngs = [png for _, png in NB.saved_outputs()]
+    assert sum(pngs) == 3                         # the TTFT curves, the spike's queue, the retry storm
+
+
+def test_the_questions_are_tagged_on_graded_cells():
+    import json
+
+    nb = json.loads(NB.path.read_text())
+    graded = {q for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
+              for q in c["metadata"].get("servelab", {}).get("questions", [])}
+    assert graded == {10, 15}
+
+
+def test_each_run_draws_its_own_random_cases():
+    ex = CHAPTER.cells["test_utilization_limit"]
+    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+    fixed = len(ex.fixed())
+    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+
+
+def _ref(name, args):
+    return ch12.SPECS[name].expected(tuple(args))
+
+
+def test_the_cases_reach_every_situation_a_pitfall_gets_wrong():
+    limits = CHAPTER.cells["test_utilization_limit"].fixed()
+    assert any(c[2] == 0 for c in limits) and any(c[2] > 0 for c in limits)
+    assert any(_ref("utilization_limit", c) == 0 for c in limits)
+    assert any(math.isclose(_ref("utilization_limit", c), 1 - c[3], abs_tol=1e-6) for c in limits)  # target = S
+    drains = [_ref("drain_time", c) for c in CHAPTER.cells["test_drain_time"].fixed()]
+    assert 0.0 in drains and math.inf in drains and any(0 < d < math.inf for d in drains)
+    dead = [_ref("dead_requests", c) for c in CHAPTER.cells["test_dead_requests"].fixed()]
+    assert 0.0 in dead and any(d > 0 for d in dead)
+    admits = CHAPTER.cells["test_admit_by_deadline"].fixed()
+    assert {_ref("admit_by_deadline", c) for c in admits} == {True, False}
+    assert any((b + p) / r == d for b, p, r, d in admits)                 # exactly on the deadline
+    retries = CHAPTER.cells["test_retry_delay"].fixed()
+    assert any(c[3] is None and c[1] * 2 ** c[0] > c[2] for c in retries) and any(c[3] is not None for c in retries)
+
+
+def test_the_reference_limit_meets_its_target_and_the_next_step_misses_it():
+    for c in verdicts.cases(CHAPTER.cells["test_utilization_limit"], 3)[:40]:
+        target, service, cv2, q = c
+        rho = _ref("utilization_limit", c)
+        if 0 < rho < 1 - 1e-6:
+            assert queueing.ttft_quantile(q, rho, service, cv2) <= target < \
+                queueing.ttft_quantile(q, rho + 1e-6, service, cv2)
+
+
+def test_the_drills_name_a_known_wrong_answer():
+    ns = {**solution(), "drill_1": queueing.utilization_limit(1.0, 0.15, 0.0)}         # equal prompts
+    assert "prompt-length variance lengthens the queue" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_1": queueing.utilization_limit(1.0, 0.15, 0.8 ** 2)}
+    assert "a log-normal's cv2 is exp(sigma^2) - 1" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_2": 2400 / 40}
+    assert "the drain runs at capacity minus the base load" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
+    text = "\n".join("".join(c["source"]) for c in NB.read()["cells"]).lower()
+    assert "lesson" not in text and "question" not in text.replace("follow-up questions", "")
+    messages = [p.message for p in P.patches] + [d.question for d in CHAPTER.drills.drills]
+    assert not [m for m in messages if "lesson" in m.lower() or "question" in m.lower()]
