@@ -68,9 +68,11 @@ CH ?=
 check: setup release-if-stale
 	@$(BIN)/python -m servelab_autograder.check $(CH)
 
-# pytest-xdist workers, one per core by default. --dist loadscope keeps each test module and each notebook
-# (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
-TEST_WORKERS ?= auto
+# pytest-xdist workers: one more than the cores by default, since many tests spend their time waiting on a
+# process of their own (the sandboxed grader, nbgrader, JupyterLab and Chromium, a grading that must time out)
+# and a worker that waits leaves its core to the others. --dist loadscope keeps each test module and each
+# notebook (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup browser-deps sandbox-deps
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
