@@ -130,3 +130,12 @@ def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
     assert "lesson" not in text and "question" not in text.replace("follow-up questions", "")
     messages = [p.message for p in P.patches] + [d.question for d in CHAPTER.drills.drills]
     assert not [m for m in messages if "lesson" in m.lower() or "question" in m.lower()]
+
+
+def test_every_interactive_tpot_case_holds_a_decode():
+    """A step with no decode at all has no time: a random case like that would fail every correct answer (the
+    end-to-end grading drew one with its own seed)."""
+    ex = CHAPTER.cells["test_interactive_tpot"]
+    for seed in range(400):
+        for args in verdicts.cases(ex, seed):
+            assert args[2] + args[4] >= 1, (seed, args)

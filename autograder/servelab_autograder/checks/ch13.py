@@ -56,9 +56,14 @@ def _tpot_fixed():
 
 
 def _tpot_random(rng: random.Random):
-    return [case("interactive_tpot", rng.choice(MODELS), rng.choice(GPUS), rng.randint(0, 128),
-                 rng.choice([0, 256, 1000, 2000, rng.randint(1, 8000)]), rng.randint(0, 64),
-                 rng.choice([1000, 8000, 16000, 32000, rng.randint(1, 64000)])) for _ in range(100)]
+    out = []
+    for _ in range(100):
+        interactive, batch = rng.randint(0, 128), rng.randint(0, 64)
+        batch += not (interactive or batch)          # a step holds at least one decode
+        out.append(case("interactive_tpot", rng.choice(MODELS), rng.choice(GPUS), interactive,
+                        rng.choice([0, 256, 1000, 2000, rng.randint(1, 8000)]), batch,
+                        rng.choice([1000, 8000, 16000, 32000, rng.randint(1, 64000)])))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
