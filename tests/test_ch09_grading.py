@@ -61,15 +61,6 @@ def test_notebook_follows_the_authoring_conventions():
     assert sum(pngs) == 3                         # the ceilings, N against load, the fleet split
 
 
-def test_the_questions_are_tagged_on_graded_cells():
-    import json
-
-    nb = json.loads(NB.path.read_text())
-    graded = {q for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
-              for q in c["metadata"].get("servelab", {}).get("questions", [])}
-    assert graded == {2, 4, 5, 7}
-
-
 def test_each_run_draws_its_own_random_cases():
     ex = CHAPTER.cells["test_resident_sequences"]
     first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
