@@ -248,7 +248,7 @@ class Proof:
 
 
 def standard_proofs(proof: Proof, seeds=(0, 20261201), patch_seeds=(0,), visible_namespace=None,
-                    without=()) -> dict:
+                    without=(), reference_seeds=()) -> dict:
     """The proofs every chapter's grading test module makes the same way, as test functions to put in its
     namespace (``globals().update(standard_proofs(P))``, where pytest collects them): no hidden tests in the test
     cells, the solution passes every graded cell on ``seeds`` and every visible test cell (on
@@ -281,8 +281,26 @@ def standard_proofs(proof: Proof, seeds=(0, 20261201), patch_seeds=(0,), visible
     def test_every_pitfall_is_one_patch_named_in_the_chapter():
         proof.assert_every_pitfall_is_one_patch(without=without)
 
+    def test_the_reference_answers_every_random_case():
+        """Every grading draws its own seed: a generator that can make an input the reference refuses fails a
+        correct answer now and then. Shown on `reference_seeds` for a chapter whose cases are cheap (closed
+        forms); a chapter whose random cases are reference runs passes none."""
+        for seed in reference_seeds:
+            for ex in proof.chapter.cells.values():
+                if not hasattr(ex, "random"):
+                    continue
+                for case in verdicts.cases(ex, seed)[len(ex.fixed()):]:
+                    try:
+                        ex.spec.expected(case)
+                    except Exception as e:  # noqa: BLE001 - the case is what is reported
+                        raise AssertionError(f"seed {seed}: {ex.spec.name}{case!r}: the reference raised "
+                                             f"{type(e).__name__}: {e}") from e
+
     def test_the_atlas_is_what_the_patches_give():
         assert atlas_path(proof.assignment).read_text(encoding="utf-8") == verdicts.atlas_text(proof.chapter, ROOT), \
             "stale pitfall atlas: run python -m servelab_autograder.verdicts"
 
-    return {name: fn for name, fn in locals().items() if name.startswith("test_")}
+    tests = {name: fn for name, fn in locals().items() if name.startswith("test_")}
+    if not reference_seeds:        # a chapter whose random cases are reference runs has nothing to show here
+        del tests["test_the_reference_answers_every_random_case"]
+    return tests

@@ -32,7 +32,8 @@ PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
 
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS))
+globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS,
+                                 reference_seeds=range(1, 31)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
