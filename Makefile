@@ -79,8 +79,13 @@ test: setup browser-deps sandbox-deps
 solutions: setup
 	$(BIN)/python -m servelab_autograder.execute solutions/*/*.ipynb
 
+# WORKERS=N grades on a Dask LocalCluster of N workers, DASK=tcp://host:8786 on a running cluster's scheduler
+# (one task per submission; this machine alone writes the gradebook); neither: the local process pool.
+WORKERS ?=
+DASK ?= $(if $(WORKERS),local,)
 autograde: setup
-	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS) $(GRADE_ARGS)
+	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS) $(if $(DASK),--dask $(DASK)) \
+	  $(if $(WORKERS),--jobs $(WORKERS)) $(GRADE_ARGS)
 
 lint: setup
 	$(BIN)/ruff check lib autograder tests scripts

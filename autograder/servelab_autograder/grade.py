@@ -1,6 +1,6 @@
 """Autograde a folder of submissions (``make autograde SUBMISSIONS=dir``).
 
-    python -m servelab_autograder.grade SUBMISSIONS_DIR [--out DIR] [--jobs N] [--resume]
+    python -m servelab_autograder.grade SUBMISSIONS_DIR [--out DIR] [--jobs N] [--dask ADDRESS] [--resume]
                                         [--cell-cpu S] [--notebook-cpu S] [--wall-factor F]
                                         [--unsafe-no-sandbox] [--quiet]
 
@@ -23,6 +23,9 @@ For each submission the grader
 3. writes that submission's result at once (``results/<assignment>/<student>.json``, atomically), reads
    the scores from the gradebook and, per test cell that lost points, the first line of its error;
    ``nbgrader generate_feedback`` then writes the HTML feedback.
+
+With ``--dask`` each attempt of step 2 runs as one task on a Dask cluster instead of the local process pool
+(``servelab_autograder.fanout``); the head keeps steps 1 and 3 and is the gradebook's only writer.
 
 A broken submission never stops the batch. A new run first moves the previous run's grades.csv and
 results/ to runs/previous/<time>/ (the gradebook stays nbgrader's record); a run that was killed can be
@@ -71,6 +74,9 @@ MAX_ATTEMPTS = 4  # one run plus up to three re-grades
 STATUSES = ("graded", "repaired", "cell-timeout", "kernel-died", "notebook-timeout", "malformed",
             "wrong-assignment", "unknown-assignment", "grader-error")
 RESULTS = "results"
+# what nbgrader's exchange puts beside a submitted notebook and its later steps read: the submission time (late
+# penalties, the gradebook) and the learner's secret, which names the feedback page only they can fetch
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 PREVIOUS = "runs/previous"
 
 
@@ -457,7 +463,7 @@ def sweep_stale_staging() -> list[Path]:
 class Grader:
     def __init__(self, root: Path, out: Path, limits: grading_limits.Limits | None = None,
                  overrides: dict | None = None, jobs: int = 1, quiet: bool = False, use_sandbox: bool = True,
-                 resume: bool = False, seed: int | None = None):
+                 resume: bool = False, seed: int | None = None, dask: str | None = None):
         from servelab_autograder import release
 
         self.release = release
@@ -473,6 +479,7 @@ class Grader:
         self.quiet = quiet
         self.use_sandbox = use_sandbox
         self.resume = resume
+        self.dask = dask   # None: the local process pool; "local" or a scheduler address: servelab_autograder.fanout
         self.env = release.venv_path_env()
         sweep_stale_staging()
         self.staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX))
@@ -667,12 +674,13 @@ class Grader:
         staged = self.staging / "submitted" / student / assignment / f"{assignment}.ipynb"
         staged.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, staged)
-        stamp = adir / "timestamp.txt"
-        if stamp.is_file():
-            shutil.copy(stamp, staged.parent / "timestamp.txt")
+        for name in EXCHANGE_FILES:
+            if (adir / name).is_file():
+                shutil.copy(adir / name, staged.parent / name)
         return Job(student, assignment, staged, notes, digest_file(path))
 
-    def start(self, job: Job) -> None:
+    def plan(self, job: Job) -> dict:
+        """Begin one more attempt at `job`: its log and progress paths, and the kernel guard's plan for it."""
         job.attempt += 1
         suffix = "" if job.attempt == 1 else f".{job.attempt}"
         job.log = self.logs / job.assignment / f"{job.student}{suffix}.log"
@@ -689,17 +697,23 @@ class Grader:
             plan["verdicts"] = {"assignment": job.assignment, "seed": self.seed}
         if job.assignment in self.libraries:
             plan["library"] = str(self.libraries[job.assignment])
+        job.started = time.monotonic()
+        if job.attempt == 1:
+            job.first_start = job.started
+        return plan
+
+    def start(self, job: Job) -> None:
+        plan = self.plan(job)
         plan_path = self.staging / f"plan-{self.boxes}.json"
         plan_path.write_text(json.dumps(plan), encoding="utf-8")
         env = dict(self.env)
         env[ENV_PLAN] = str(plan_path)
         argv = ["autograde", job.assignment, "--student", job.student, "--force", *self.nbgrader_args()]
-        job.started = time.monotonic()
-        if job.attempt == 1:
-            job.first_start = job.started
         job.child = self.release.start_nbgrader(argv, cwd=self.root, log_path=job.log, env=env)
 
     def run_jobs(self, pending: list[Job]) -> None:
+        if self.dask is not None:
+            return self.run_jobs_on_dask(pending)
         running: list[Job] = []
         while pending or running:
             busy = {j.student for j in running}
@@ -720,18 +734,94 @@ class Grader:
                     continue
                 running.remove(job)
                 sandbox.sweep(job.box_dir)
-                try:
-                    again = self.finish_attempt(job, run)
-                except Exception as err:  # noqa: BLE001 - e.g. an unreadable autograded notebook
-                    top = self.chapters[job.assignment].max_score
-                    failed = Outcome(job.student, job.assignment, 0.0, top, "grader-error",
-                                     f"reading the result failed: {type(err).__name__}: {_short(str(err), 160)}",
-                                     time.monotonic() - job.first_start, job.digest)
-                    self.write_failure_feedback(failed)
-                    self.report(failed)
-                    again = False
-                if again:
+                if self.finish_or_fail(job, run):
                     pending.insert(0, job)
+
+    def run_jobs_on_dask(self, pending: list[Job]) -> None:
+        """Each attempt is one task of servelab_autograder.fanout on the cluster; the results come back as they
+        finish and are taken in here, on the head, one at a time (the gradebook has this one writer)."""
+        from distributed import as_completed
+
+        from servelab_autograder import fanout
+
+        if not pending:
+            return
+        gradebook = fanout.learnerless_gradebook(Path(self.db_url[len("sqlite:///"):]))
+        client, cluster = fanout.client(self.dask, self.jobs)
+        try:
+            where = "a LocalCluster" if cluster is not None else self.dask
+            self.say(f"grading on Dask ({where}, {len(client.scheduler_info().get('workers', {}))} worker(s))")
+            shared = client.scatter(gradebook, broadcast=True)
+            tasks, done = {}, as_completed()
+
+            def submit(job: Job) -> None:
+                plan = self.plan(job)
+                stamp = job.staged.parent / "timestamp.txt"
+                chapter = verdicts.table(job.assignment)
+                task = {"root": str(self.root), "assignment": job.assignment, "student": job.student,
+                        "notebook": job.staged.read_text(encoding="utf-8"),
+                        "timestamp": stamp.read_text(encoding="utf-8") if stamp.is_file() else None,
+                        "plan": plan, "wall_s": self.limits(job.assignment).notebook_wall_s,
+                        "references": list(chapter.references) if chapter is not None and chapter.references
+                        else []}
+                future = client.submit(fanout.grade_attempt, task, shared, pure=False,
+                                       key=f"grade-{job.assignment}-{job.student}-{job.attempt}-{secrets.token_hex(4)}")
+                tasks[future] = job
+                done.add(future)
+
+            for job in pending:
+                submit(job)
+            for future in done:
+                job = tasks.pop(future)
+                try:
+                    result = future.result()
+                except Exception as err:  # noqa: BLE001 - a lost worker or a task that raised: this one fails
+                    result = {"returncode": 1, "timed_out": False, "seconds": 0.0, "log": "", "progress": "",
+                              "autograded": None, "output": f"the Dask task failed: {type(err).__name__}: {err}"}
+                if self.finish_or_fail(job, self.take_in(job, result)):
+                    submit(job)
+        finally:
+            try:
+                client.run(fanout.cleanup)
+            except Exception as err:  # noqa: BLE001 - a worker already gone; the next grader sweeps what it left
+                self.say(f"could not clean every Dask worker's scratch folder: {type(err).__name__}: {err}")
+            client.close()
+            if cluster is not None:
+                cluster.close()
+
+    def take_in(self, job: Job, result: dict):
+        """A worker's result written where a local attempt leaves its own (log, progress, autograded notebook),
+        the scores put into the gradebook; returns the attempt's release.Run."""
+        from servelab_autograder import fanout
+
+        job.log.write_text(result["log"] or result["output"], encoding="utf-8")
+        job.progress.write_text(result["progress"], encoding="utf-8")
+        if result["autograded"] is not None:
+            path = self.autograded_path(job)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(result["autograded"], encoding="utf-8")
+            for name in EXCHANGE_FILES:   # as nbgrader autograde leaves them
+                if (job.staged.parent / name).is_file():
+                    shutil.copy(job.staged.parent / name, path.parent / name)
+            stamp = job.staged.parent / "timestamp.txt"
+            if result["returncode"] == 0:
+                fanout.save_autogrades(self.db_url, job.assignment, job.student,
+                                       nbformat.reads(result["autograded"], as_version=4),
+                                       stamp.read_text(encoding="utf-8") if stamp.is_file() else None)
+        return self.release.Run(result["returncode"], result["output"], result["seconds"], result["timed_out"])
+
+    def finish_or_fail(self, job: Job, run) -> bool:
+        """finish_attempt, with a failure to read the result reported as this submission's grader error."""
+        try:
+            return self.finish_attempt(job, run)
+        except Exception as err:  # noqa: BLE001 - e.g. an unreadable autograded notebook
+            top = self.chapters[job.assignment].max_score
+            failed = Outcome(job.student, job.assignment, 0.0, top, "grader-error",
+                             f"reading the result failed: {type(err).__name__}: {_short(str(err), 160)}",
+                             time.monotonic() - job.first_start, job.digest)
+            self.write_failure_feedback(failed)
+            self.report(failed)
+            return False
 
     def finish_attempt(self, job: Job, run) -> bool:
         """Handle one nbgrader run; True when the submission must be graded again."""
@@ -979,6 +1069,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="grades.csv, results/, gradebook.db, autograded/, feedback/ (default: autograder/)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="submissions graded at the same time, each in its own process and sandbox (default 1)")
+    parser.add_argument("--dask", default=None, metavar="ADDRESS",
+                        help="grade on Dask, one task per submission: 'local' for a LocalCluster of --jobs workers, "
+                             "or a scheduler's address (tcp://host:8786); the gradebook is written here alone")
     parser.add_argument("--resume", action="store_true",
                         help="keep the results of an earlier, interrupted run; grade only what has none (or changed)")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
@@ -1023,7 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(release.venv_path_env())
     out.mkdir(parents=True, exist_ok=True)
     grader = Grader(root, out, overrides=overrides, jobs=args.jobs, quiet=args.quiet,
-                    use_sandbox=not args.unsafe_no_sandbox, resume=args.resume, seed=args.seed)
+                    use_sandbox=not args.unsafe_no_sandbox, resume=args.resume, seed=args.seed, dask=args.dask)
     started = time.monotonic()
     try:
         outcomes = grader.grade(args.submissions.resolve())
