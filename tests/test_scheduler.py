@@ -7,7 +7,7 @@ import lesson_step2 as lesson
 import pytest
 
 from servelab.engine import Engine, expected, fake_model
-from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, needs_new_block
+from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus, needs_new_block
 
 
 def Seq(name, token_ids, max_tokens, ignore_eos=True, block_size=None):
@@ -274,3 +274,181 @@ def test_engine_trace_reproduces_the_lesson_table():
     assert [r.preempted for r in trace] == [[], [], [], ["C"], [], [], []]
     assert [r.finished for r in trace] == [[], [], [], [], ["A", "B"], [], ["C"]]
     assert trace[3].lengths == [("A", 8), ("B", 7)]
+
+
+# ---- the fast forms are the plain ones --------------------------------------------------------------
+
+def _streamed_hash(token_ids, prefix=-1):
+    """compute_hash as first written: xxh64 fed the prefix's 8 bytes, then the tokens as a numpy int64 array."""
+    import numpy as np
+    import xxhash
+    h = xxhash.xxh64()
+    if prefix != -1:
+        h.update(prefix.to_bytes(8, "little"))
+    h.update(np.array(token_ids, dtype=np.int64).astype("<i8").tobytes())
+    return h.intdigest()
+
+
+def test_compute_hash_is_the_streamed_xxh64_of_prefix_and_int64_tokens():
+    rng = random.Random(5)
+    for n in (1, 2, 4, 16, 256):
+        bm = BlockManager(2, n)
+        prefix = -1
+        for _ in range(5):
+            tokens = [rng.randrange(-2**40, 2**40) for _ in range(n)]
+            want = _streamed_hash(tokens, prefix)
+            assert BlockManager.compute_hash(tokens, prefix) == want == bm._hash_block(tokens, prefix)
+            prefix = want
+
+
+class PlainBlockManager(BlockManager):
+    """can_allocate, allocate, deallocate, can_append, may_append and hash_blocks written the plain way, with the
+    helpers the fast forms inline (as the chapter's solution and nano-vllm write them)."""
+
+    def can_allocate(self, seq):
+        self._check(seq)
+        if not self.enable_prefix_caching:
+            return 0 if len(self.free_block_ids) >= seq.num_blocks else -1
+        h, hits, needed = -1, 0, seq.num_blocks
+        for i in range(seq.num_blocks - 1):
+            tokens = seq.block(i)
+            h = self.compute_hash(tokens, h)
+            block_id = self.hash_to_block_id.get(h, -1)
+            if block_id == -1 or self.blocks[block_id].token_ids != tokens:
+                break
+            hits += 1
+            needed -= block_id in self.used_block_ids
+        return hits if len(self.free_block_ids) >= needed else -1
+
+    def allocate(self, seq, num_cached_blocks):
+        assert not seq.block_table
+        if not self.enable_prefix_caching:
+            num_cached_blocks = 0
+        h = -1
+        for i in range(num_cached_blocks):
+            h = self.compute_hash(seq.block(i), h)
+            block_id = self.hash_to_block_id[h]
+            block = self.blocks[block_id]
+            if block_id in self.used_block_ids:
+                block.ref_count += 1
+            else:
+                block.ref_count = 1
+                self.free_block_ids.remove(block_id)
+                self.used_block_ids.add(block_id)
+            seq.block_table.append(block_id)
+        for _ in range(num_cached_blocks, seq.num_blocks):
+            seq.block_table.append(self._allocate_block())
+        seq.num_cached_tokens = num_cached_blocks * self.block_size
+
+    def deallocate(self, seq):
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._deallocate_block(block_id)
+        seq.num_cached_tokens = 0
+        seq.block_table.clear()
+
+    def can_append(self, seq):
+        return len(self.free_block_ids) >= needs_new_block(len(seq), self.block_size)
+
+    def may_append(self, seq):
+        if needs_new_block(len(seq), self.block_size):
+            seq.block_table.append(self._allocate_block())
+
+    def hash_blocks(self, seq):
+        if not self.enable_prefix_caching:
+            return
+        start = seq.num_cached_tokens // self.block_size
+        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        h = self.blocks[seq.block_table[start - 1]].hash if 0 < start < end else -1
+        for i in range(start, end):
+            block = self.blocks[seq.block_table[i]]
+            h = self.compute_hash(seq.block(i), h)
+            block.update(h, seq.block(i))
+            self.hash_to_block_id[h] = block.block_id
+
+
+class PlainScheduler(Scheduler):
+    """Scheduler with the plain block manager and the solution's postprocess (append_token, num_tokens,
+    num_completion_tokens, an unconditional hash_blocks)."""
+
+    def __init__(self, *args, enable_prefix_caching=True, **kwargs):
+        super().__init__(*args, enable_prefix_caching=enable_prefix_caching, **kwargs)
+        bm = self.block_manager
+        self.block_manager = PlainBlockManager(len(bm.blocks), bm.block_size, enable_prefix_caching)
+
+    def postprocess(self, seqs, token_ids, is_prefill):
+        finished = []
+        for seq, token_id in zip(seqs, token_ids):
+            self.block_manager.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
+                continue
+            seq.append_token(token_id)
+            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                self.running.remove(seq)
+                finished.append(seq)
+        return finished
+
+
+class MixedBlockManager(BlockManager):
+    """The library's block manager with only can_allocate replaced (as a learner's is): allocate must then
+    hash for itself, never reuse a lookup it did not see."""
+    can_allocate = PlainBlockManager.can_allocate
+
+
+class MixedScheduler(Scheduler):
+    def __init__(self, *args, enable_prefix_caching=True, **kwargs):
+        super().__init__(*args, enable_prefix_caching=enable_prefix_caching, **kwargs)
+        bm = self.block_manager
+        self.block_manager = MixedBlockManager(len(bm.blocks), bm.block_size, enable_prefix_caching)
+
+
+@pytest.mark.parametrize("cache", [False, True])
+@pytest.mark.parametrize("cls", [PlainScheduler, MixedScheduler])
+def test_fast_forms_schedule_like_the_plain_ones(cls, cache):
+    rng = random.Random(7)
+    compared = 0
+    for _ in range(200):
+        bs, nb, budget, mns, arrivals = _random_case(rng, max_bs=6, min_bs=1)
+        if not arrivals:
+            continue
+        try:
+            want = _trace(cls(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq)
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match="do not fit"):
+                _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq)
+            continue
+        assert _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq) == want
+        compared += 1
+    assert compared > 150
+
+
+def test_allocate_never_reuses_a_stale_lookup():
+    bm = BlockManager(num_blocks=12, block_size=2)
+    for prompt in ([1, 2, 9], [3, 4, 9]):       # two cached first blocks: [1, 2] and [3, 4]
+        s = Sequence(prompt, block_size=2)
+        bm.allocate(s, 0)
+        s.num_scheduled_tokens = 3
+        bm.hash_blocks(s)
+        s.num_cached_tokens, s.num_scheduled_tokens = 3, 0
+    one, three = bm.hash_to_block_id[bm.compute_hash([1, 2])], bm.hash_to_block_id[bm.compute_hash([3, 4])]
+    # the same sequence, its tokens changed in place after the lookup (as a grader sets a state)
+    s = Sequence([1, 2, 5], block_size=2)
+    assert bm.can_allocate(s) == 1
+    s.token_ids[:] = [3, 4, 5]
+    bm.allocate(s, 1)
+    assert s.block_table[0] == three
+    # another sequence than the one looked up
+    a, b = Sequence([1, 2, 7], block_size=2), Sequence([3, 4, 7], block_size=2)
+    assert bm.can_allocate(a) == 1
+    bm.allocate(b, 1)
+    assert b.block_table[0] == three
+    # the lookup's own sequence, unchanged: its hashes are used and give the same blocks
+    assert bm.can_allocate(a) == 1
+    bm.allocate(a, 1)
+    assert a.block_table[0] == one

@@ -12,16 +12,24 @@ Two deliberate differences from nano-vllm:
   >= 2 and also right for block size 1;
 - prefix caching can be switched off (`enable_prefix_caching=False`). Off, the block manager keeps only
   what the scheduler needs: no hashes, `can_allocate` returns 0 or -1, freed blocks go back in reverse.
+
+Not differences, only faster forms (same calls, same results): `can_allocate` keeps the chained hashes it
+computed for the sequence it looked at, and `allocate` (or `can_allocate` again, on a waiting head that did
+not fit) starts from them while that sequence's hashed tokens are unchanged, instead of hashing the prompt
+again; the tokens are packed with `struct` and hashed in one call; the library's own hot loops read
+`len(seq.token_ids)` and inline one-line helpers (`needs_new_block`, `Block.reset`, `append_token`,
+`num_completion_tokens`) rather than call them once per sequence per step. The helpers stay, for the
+exercises and the subclasses.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
 
-import numpy as np
 import xxhash
 
 
@@ -180,15 +188,22 @@ class BlockManager:
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))
         self.used_block_ids: set[int] = set()
+        self._block_format = f"<{block_size}q"   # a full block's tokens as int64 bytes (struct caches it)
+        # (sequence, tokens, chained hashes of those tokens' blocks) from the last can_allocate: the allocate that
+        # follows it, and the next can_allocate of a waiting head that did not fit, start from these hashes
+        self._known: tuple[Sequence, list[int], list[int]] | None = None
 
     @staticmethod
     def compute_hash(token_ids: list[int], prefix: int = -1) -> int:
-        """xxh64 of the previous block's hash (8 bytes, little endian; omitted for block 0) and the tokens."""
-        h = xxhash.xxh64()
-        if prefix != -1:
-            h.update(prefix.to_bytes(8, "little"))
-        h.update(np.array(token_ids, dtype=np.int64).tobytes())
-        return h.intdigest()
+        """xxh64 of the previous block's hash (8 bytes, little endian; omitted for block 0) and the tokens
+        (int64, little endian)."""
+        data = struct.pack(f"<{len(token_ids)}q", *token_ids)
+        return xxhash.xxh64_intdigest(data if prefix == -1 else prefix.to_bytes(8, "little") + data)
+
+    def _hash_block(self, token_ids: list[int], prefix: int) -> int:
+        """compute_hash for a full block (the only kind the cache holds), its struct format made once."""
+        data = struct.pack(self._block_format, *token_ids)
+        return xxhash.xxh64_intdigest(data if prefix == -1 else prefix.to_bytes(8, "little") + data)
 
     def _check(self, seq: Sequence):
         if seq.block_size != self.block_size:
@@ -207,7 +222,7 @@ class BlockManager:
         # the only eviction: a reused block takes its old hash out of the map
         if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
             del self.hash_to_block_id[block.hash]
-        block.reset()
+        block.ref_count, block.hash, block.token_ids = 1, -1, []   # block.reset(), inlined
         self.used_block_ids.add(block_id)
         return block_id
 
@@ -224,18 +239,46 @@ class BlockManager:
         cost nothing; hits on freed blocks still take an entry out of the free list.
         """
         self._check(seq)
+        bs, tokens = self.block_size, seq.token_ids
+        num_blocks = (len(tokens) + bs - 1) // bs   # seq.num_blocks
         if not self.enable_prefix_caching:
-            return 0 if len(self.free_block_ids) >= seq.num_blocks else -1
-        h, num_cached_blocks, num_new_blocks = -1, 0, seq.num_blocks
-        for i in range(seq.num_blocks - 1):
-            token_ids = seq.block(i)
-            h = self.compute_hash(token_ids, h)
+            return 0 if len(self.free_block_ids) >= num_blocks else -1
+        hashes = self._known_hashes(seq)
+        h, num_cached_blocks, num_new_blocks = -1, 0, num_blocks
+        for i in range(num_blocks - 1):
+            token_ids = tokens[i * bs:(i + 1) * bs]   # seq.block(i)
+            if i < len(hashes):
+                h = hashes[i]
+            else:
+                h = self._hash_block(token_ids, h)
+                hashes.append(h)
             block_id = self.hash_to_block_id.get(h, -1)
             if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
                 break
             num_cached_blocks += 1
             num_new_blocks -= block_id in self.used_block_ids
+        self._known = (seq, tokens[:len(hashes) * bs], hashes)
         return num_cached_blocks if len(self.free_block_ids) >= num_new_blocks else -1
+
+    def _known_hashes(self, seq: Sequence) -> list[int]:
+        """The chained hashes the last can_allocate computed, if it looked at this sequence and its leading
+        tokens are still the ones hashed (tokens are only ever appended, but a caller may set them); else []."""
+        if self._known is not None and self._known[0] is seq:
+            _, hashed, hashes = self._known
+            if seq.token_ids[:len(hashed)] == hashed:
+                return hashes
+        return []
+
+    def _prefix_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        """The chained hashes of the sequence's first num_blocks blocks (those can_allocate computed, the rest
+        computed here)."""
+        bs, tokens = self.block_size, seq.token_ids
+        hashes = self._known_hashes(seq)[:num_blocks]
+        h = hashes[-1] if hashes else -1
+        for i in range(len(hashes), num_blocks):
+            h = self._hash_block(tokens[i * bs:(i + 1) * bs], h)
+            hashes.append(h)
+        return hashes
 
     def allocate(self, seq: Sequence, num_cached_blocks: int):
         """Give the sequence blocks for all its tokens: the first num_cached_blocks from the cache (the count
@@ -244,56 +287,62 @@ class BlockManager:
         self._check(seq)
         if not self.enable_prefix_caching:
             num_cached_blocks = 0
-        h = -1
-        for i in range(num_cached_blocks):
-            h = self.compute_hash(seq.block(i), h)
+        table, used = seq.block_table, self.used_block_ids
+        for i, h in enumerate(self._prefix_hashes(seq, num_cached_blocks) if num_cached_blocks else ()):
             block_id = self.hash_to_block_id.get(h)
             if block_id is None:
                 raise ValueError(f"{seq.name}: block {i} is not cached; call allocate() with what can_allocate() "
                                  f"returned")
             block = self.blocks[block_id]
-            if block_id in self.used_block_ids:
+            if block_id in used:
                 block.ref_count += 1
             else:
                 block.ref_count = 1
                 self.free_block_ids.remove(block_id)   # out of the middle of the free list
-                self.used_block_ids.add(block_id)
-            seq.block_table.append(block_id)
-        for _ in range(num_cached_blocks, seq.num_blocks):
-            seq.block_table.append(self._allocate_block())
+                used.add(block_id)
+            table.append(block_id)
+        for _ in range(num_cached_blocks, (len(seq.token_ids) + self.block_size - 1) // self.block_size):
+            table.append(self._allocate_block())
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
     def deallocate(self, seq: Sequence):
         """Drop the sequence's references, last block first, so prefix blocks are reused last."""
+        blocks, free, used = self.blocks, self.free_block_ids, self.used_block_ids
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
+            block = blocks[block_id]
             block.ref_count -= 1
-            if block.ref_count == 0:
-                self._deallocate_block(block_id)
+            if block.ref_count == 0:   # _deallocate_block(block_id), inlined
+                used.remove(block_id)
+                free.append(block_id)
         seq.num_cached_tokens = 0
         seq.block_table.clear()
 
+    # can_append and may_append run for every decoding sequence every step: they inline needs_new_block's rule
+    # (len - 1) % block_size == 0 and len(seq) rather than call them
+
     def can_append(self, seq: Sequence) -> bool:
-        return len(self.free_block_ids) >= needs_new_block(len(seq), self.block_size)
+        return len(self.free_block_ids) >= ((len(seq.token_ids) - 1) % self.block_size == 0)
 
     def may_append(self, seq: Sequence):
-        if needs_new_block(len(seq), self.block_size):
+        if (len(seq.token_ids) - 1) % self.block_size == 0:
             seq.block_table.append(self._allocate_block())
 
     def hash_blocks(self, seq: Sequence):
         """Register every block this step's tokens complete (called by postprocess before cached advances)."""
         if not self.enable_prefix_caching:
             return
-        start = seq.num_cached_tokens // self.block_size
-        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        bs = self.block_size
+        start = seq.num_cached_tokens // bs
+        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // bs
         if start == end:
             return
-        h = self.blocks[seq.block_table[start - 1]].hash if start > 0 else -1
+        blocks, table, tokens = self.blocks, seq.block_table, seq.token_ids
+        h = blocks[table[start - 1]].hash if start > 0 else -1
         for i in range(start, end):
-            block = self.blocks[seq.block_table[i]]
-            token_ids = seq.block(i)
-            h = self.compute_hash(token_ids, h)
-            block.update(h, token_ids)
+            block = blocks[table[i]]
+            token_ids = tokens[i * bs:(i + 1) * bs]   # seq.block(i)
+            h = self._hash_block(token_ids, h)
+            block.hash, block.token_ids = h, token_ids   # block.update(), without its copy: the slice is new
             self.hash_to_block_id[h] = block.block_id
 
 
@@ -329,49 +378,52 @@ class Scheduler:
     def schedule(self) -> tuple[list[Sequence], bool]:
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
+        bm, waiting, running = self.block_manager, self.waiting, self.running
         # 1. prefill: FCFS from the head of waiting; only the first sequence may be chunked
-        while self.waiting and len(scheduled) < self.max_num_seqs:
-            seq = self.waiting[0]
+        while waiting and len(scheduled) < self.max_num_seqs:
+            seq = waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
                 break
+            seq_len = len(seq.token_ids)   # seq.num_tokens
             if not seq.block_table:
-                num_cached_blocks = self.block_manager.can_allocate(seq)
+                num_cached_blocks = bm.can_allocate(seq)
                 if num_cached_blocks == -1:
                     break
-                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
+                num_tokens = seq_len - num_cached_blocks * self.block_size
             else:  # a chunk of it was computed last step
-                num_tokens = seq.num_tokens - seq.num_cached_tokens
+                num_tokens = seq_len - seq.num_cached_tokens
             if remaining < num_tokens and scheduled:
                 break
             if not seq.block_table:
-                self.block_manager.allocate(seq, num_cached_blocks)
+                bm.allocate(seq, num_cached_blocks)
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
-            if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
+            if seq.num_cached_tokens + seq.num_scheduled_tokens == seq_len:
                 seq.status = SequenceStatus.RUNNING
-                self.running.append(self.waiting.popleft())
+                running.append(waiting.popleft())
             scheduled.append(seq)
         if scheduled:
             return scheduled, True
 
         # 2. decode: one token each; preempt the most recently admitted when a block is missing
-        while self.running and len(scheduled) < self.max_num_seqs:
-            seq = self.running.popleft()
-            while not self.block_manager.can_append(seq):
-                if self.running:
-                    self.preempt(self.running.pop())
+        can_append, may_append, max_num_seqs = bm.can_append, bm.may_append, self.max_num_seqs
+        while running and len(scheduled) < max_num_seqs:
+            seq = running.popleft()
+            while not can_append(seq):
+                if running:
+                    self.preempt(running.pop())
                 else:
                     self.preempt(seq)
                     break
             else:
                 seq.num_scheduled_tokens = 1
                 seq.is_prefill = False
-                self.block_manager.may_append(seq)
+                may_append(seq)
                 scheduled.append(seq)
         if not scheduled:  # an explicit raise, not an assert: python -O must not turn this into a hang
             raise RuntimeError("nothing could be scheduled: the requests do not fit in the KV cache")
-        self.running.extendleft(reversed(scheduled))
+        running.extendleft(reversed(scheduled))
         return scheduled, False
 
     def preempt(self, seq: Sequence):
@@ -387,16 +439,24 @@ class Scheduler:
         Returns the sequences that finished this step.
         """
         finished = []
+        bm, bs, eos = self.block_manager, self.block_size, self.eos
+        caching = bm.enable_prefix_caching
         for seq, token_id in zip(seqs, token_ids, strict=True):
-            self.block_manager.hash_blocks(seq)
-            seq.num_cached_tokens += seq.num_scheduled_tokens
+            cached = seq.num_cached_tokens
+            new_cached = cached + seq.num_scheduled_tokens
+            # hash_blocks' own early exit, tested here: most decode steps complete no block
+            if caching and new_cached // bs != cached // bs:
+                bm.hash_blocks(seq)
+            seq.num_cached_tokens = new_cached
             seq.num_scheduled_tokens = 0
-            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
+            tokens = seq.token_ids
+            if is_prefill and new_cached < len(tokens):
                 continue  # mid-chunk: the logits are for a prompt position, not a new token
-            seq.append_token(token_id)
-            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+            tokens.append(token_id)   # seq.append_token(token_id)
+            # len(tokens) - num_prompt_tokens is seq.num_completion_tokens
+            if (token_id == eos and not seq.ignore_eos) or len(tokens) - seq.num_prompt_tokens == seq.max_tokens:
                 seq.status = SequenceStatus.FINISHED
-                self.block_manager.deallocate(seq)
+                bm.deallocate(seq)
                 self.running.remove(seq)
                 finished.append(seq)
         return finished
