@@ -32,7 +32,9 @@ Deliberate differences from SGLang, none of which changes what the tree holds or
 - bad input raises ValueError: a value whose length differs from the key's (SGLang silently cuts it), unlocking
   a node that holds no lock, locking a node that is no longer in the tree (evicted, or from before `reset()`),
   a negative eviction, a page size < 1;
-- `pretty_print()` returns the string instead of printing it.
+- `pretty_print()` returns the string instead of printing it;
+- the eviction heap persists between `evict` calls (`EvictableLeaves`): SGLang heapifies every evictable leaf on
+  each call, O(n) per call for n leaves; here a call costs O(k log n) for k freed nodes. Same nodes, same order.
 """
 
 from __future__ import annotations
@@ -107,6 +109,84 @@ def lfu_priority(node: TreeNode) -> tuple:
 EVICTION_POLICIES: dict[str, Callable[[TreeNode], tuple]] = {"lru": lru_priority, "lfu": lfu_priority}
 
 
+class EvictableLeaves(set):
+    """The unlocked nodes without children (a plain set of them), plus a persistent min-heap over them.
+
+    It is the fast form of what `evict` did before: `heapify([(priority(x), x.id, x) for x in leaves])` on each call,
+    O(n) for n leaves even for `evict(1)`. Here a node gets a heap entry when it joins the set, and `pop_min` takes
+    the smallest (priority, id) in O(log n). Entries are never updated in place (lazy deletion); at pop an entry is
+    skipped if its node left the set, and pushed again with the node's priority if that changed since. That is
+    exact because priorities only grow (the clock ticks forward, hit counts only rise): an entry's priority is never
+    above its node's, so the first entry found current is the smallest (priority, id) among the members.
+
+    Everything else is the set's: `in`, iteration, `discard`, `==` (what chapter 05's `evict` reads). Stale entries
+    are dropped by rebuilding the heap from the set once they outnumber the members, amortized O(1) per push.
+    `heap_ops` counts the entries pushed, popped, dropped or pushed again: what a call costs, in heap operations.
+    """
+
+    def __init__(self, items: Iterable[TreeNode] = (), priority: Callable[[TreeNode], tuple] = lru_priority):
+        super().__init__()
+        self.priority = priority
+        self.heap: list[tuple] = []
+        self.heap_ops = 0
+        self.update(items)
+
+    def add(self, node: TreeNode) -> None:
+        if node in self:
+            return  # its entry is still in the heap, at or below its priority
+        set.add(self, node)
+        heapq.heappush(self.heap, (self.priority(node), node.id, node))
+        self.heap_ops += 1
+        if len(self.heap) > 2 * len(self) + 64:
+            self._rebuild()
+
+    def update(self, *others: Iterable[TreeNode]) -> None:
+        for nodes in others:
+            for node in nodes:
+                self.add(node)
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def symmetric_difference_update(self, other: Iterable[TreeNode]) -> None:
+        for node in set(other):
+            if node in self:
+                self.discard(node)
+            else:
+                self.add(node)
+
+    def __ixor__(self, other):
+        self.symmetric_difference_update(other)
+        return self
+
+    def clear(self) -> None:
+        set.clear(self)
+        self.heap.clear()
+
+    def pop_min(self) -> TreeNode | None:
+        """Remove and return the member with the smallest (priority, id), or None if the set is empty."""
+        heap = self.heap
+        while heap:
+            stored, node_id, node = heap[0]
+            self.heap_ops += 1
+            if node not in self:
+                heapq.heappop(heap)
+                continue
+            current = self.priority(node)
+            if current != stored:  # touched since it was pushed: its place is further down
+                heapq.heapreplace(heap, (current, node_id, node))
+                continue
+            heapq.heappop(heap)
+            set.discard(self, node)
+            return node
+        return None
+
+    def _rebuild(self) -> None:
+        self.heap = [(self.priority(x), x.id, x) for x in self]
+        heapq.heapify(self.heap)
+
+
 class RadixCache:
     """The radix tree over KV indices, with SGLang's method names and behaviour.
 
@@ -177,7 +257,7 @@ class RadixCache:
         self.evictable_size_ = 0
         self.protected_size_ = 0
         # unlocked nodes without children: exactly what evict() may take first (SGLang 0.5.23 keeps this set too)
-        self.evictable_leaves: set[TreeNode] = set()
+        self.evictable_leaves = EvictableLeaves(priority=self.get_priority)
 
     def match_prefix(self, key: Iterable[int]) -> tuple[list[int], TreeNode]:
         """Longest cached page-aligned prefix of `key`: (its KV indices, the node where it ends).
@@ -200,7 +280,7 @@ class RadixCache:
         now = self._tick()
         node = self.root_node
         node.last_access_time = now
-        values = []
+        indices: list[int] = []
         offset = 0
         while offset < len(key):
             child = node.children.get(self.child_key(key, offset))
@@ -212,12 +292,12 @@ class RadixCache:
             n = self._match_len(child.key, key, offset)
             if n < len(child.key):
                 node = self._split_node(child, n)
-                values.append(node.value)
+                indices.extend(node.value)
                 break
-            values.append(child.value)
+            indices.extend(child.value)
             node = child
             offset += n
-        return [i for v in values for i in v], node
+        return indices, node
 
     def insert(self, key: Iterable[int], value: Iterable[int], inserted_len: int = 0) -> int:
         """Store `key` with one KV index per token; return how many leading tokens were already cached.
@@ -241,7 +321,6 @@ class RadixCache:
         if self.disable:
             return 0
         key = self._page_aligned(key)
-        value = value[:len(key)]
         now = self._tick()
         node = self.root_node
         node.last_access_time = now
@@ -262,7 +341,12 @@ class RadixCache:
             if offset > inserted_len:
                 node.hit_count += 1
         if offset < len(key):
-            leaf = self._new_node(key=key[offset:], value=value[offset:], parent=node)
+            # only what the tree keeps is checked and made plain ints: the new edge, not the whole key
+            part = key[offset:]
+            edge = _ints(part)
+            if edge is not part:   # converted: so is the child key it hangs under
+                ck = _ints(ck) if type(ck) is tuple else int(ck)
+            leaf = self._new_node(key=edge, value=_ints(value[offset:len(key)]), parent=node)
             if len(key) > inserted_len:
                 leaf.hit_count += 1
             node.children[ck] = leaf
@@ -335,18 +419,17 @@ class RadixCache:
             raise ValueError(f"num_tokens must be an int >= 0, got {num_tokens!r}")
         if self.disable:
             return []
-        heap = [(self.get_priority(x), x.id, x) for x in self.evictable_leaves]
-        heapq.heapify(heap)
+        # SGLang heapifies all evictable leaves here on every call; the heap of EvictableLeaves persists instead,
+        # and a parent that _delete_leaf leaves childless and unlocked joins it (the root's lock_ref 1 keeps it out)
         freed: list[int] = []
-        while len(freed) < num_tokens and heap:
-            _, _, x = heapq.heappop(heap)
-            parent = x.parent
+        while len(freed) < num_tokens:
+            x = self.evictable_leaves.pop_min()
+            if x is None:
+                break
             if self.token_to_kv_pool_allocator is not None:
                 self.token_to_kv_pool_allocator.free(list(x.value))
             freed.extend(x.value)
             self._delete_leaf(x)
-            if not parent.children and parent.lock_ref == 0:  # the root's lock_ref 1 keeps it out
-                heapq.heappush(heap, (self.get_priority(parent), parent.id, parent))
         return freed
 
     def evictable_size(self) -> int:
@@ -463,4 +546,21 @@ class RadixCache:
 
 
 def _as_key(tokens: Iterable[int]) -> tuple[int, ...]:
+    """The tokens as a tuple to walk the tree with: a tuple, list or range as it is (matching compares and hashes
+    them, so a numpy integer finds the int it equals), anything else (a numpy array, an iterator) through int().
+    What the tree keeps goes through `_ints` first."""
+    if type(tokens) is tuple or type(tokens) is list or type(tokens) is range:
+        return tuple(tokens)
     return tuple(map(int, tokens))
+
+
+def _ints(part: tuple) -> tuple[int, ...]:
+    """`tuple(map(int, part))`, the form the tree stores keys and values in, without the copy when `part` holds
+    Python ints already: `type(sum(part)) is int` says so in one C loop (a float, a str or a numpy scalar makes
+    the sum something else or raises). Bad tokens raise as int() does."""
+    try:
+        if type(sum(part)) is int:
+            return part
+    except TypeError:
+        pass
+    return tuple(map(int, part))

@@ -103,7 +103,7 @@ def _drill_reservation_at_the_floor() -> int:
 CHAPTER = Chapter(
     assignment=ch05.ASSIGNMENT,
     prelude="import heapq\nimport servelab.radix_cache\nimport servelab.radix_scheduler\n",
-    demos=("setup_2", "setup_3", "setup_4", "setup_6", "setup_7"),
+    demos=("setup_2", "setup_3", "setup_4", "setup_6", "setup_7", "setup_8"),
     setup=("setup_5",),
     references=("servelab.radix_cache:RadixCache.inc_lock_ref", "servelab.radix_cache:RadixCache.dec_lock_ref",
                 "servelab.radix_cache:RadixCache.evict", "servelab.radix_scheduler:RadixScheduler.cache_finished_req"),
