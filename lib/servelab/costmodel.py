@@ -65,6 +65,7 @@ __all__ = [
     "max_backlog_tokens",
     "max_decode_batch",
     "max_prefill_chunk",
+    "roofline_s",
     "shared_prefix_decode_traffic",
     "step_cost",
     "step_time",
@@ -315,6 +316,22 @@ def cost_from_totals(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: 
     return StepCost(matmul_flops=matmul_flops, lm_head_flops=lm_head_flops, attention_flops=attention_flops,
                     weight_bytes=model.weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
                     compute_s=flops / gpu.peak_flops, memory_s=nbytes / gpu.hbm_bandwidth)
+
+
+def roofline_s(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: int, attention_pairs: int,
+               kv_read_tokens: int) -> float:
+    """max(compute_s, memory_s) of `cost_from_totals(...)` without building its `StepCost`: the same products
+    and sums in the same order, so the very same float. The simulator prices every step with it.
+
+    >>> cost = step_cost(LLAMA2_7B, H100_SXM, decode_context_lens=[1000])          # memory-bound
+    >>> roofline_s(LLAMA2_7B, H100_SXM, 1, 1, 1001, 1000) == cost.memory_s
+    True
+    """
+    kv_bytes = model.kv_bytes_per_token
+    flops = (2.0 * model.matmul_params * num_tokens + 2.0 * model.vocab_size * model.hidden_size * num_seqs
+             + 4.0 * model.num_layers * model.num_heads * model.head_dim * attention_pairs)
+    nbytes = model.weight_bytes + kv_read_tokens * kv_bytes + num_tokens * kv_bytes
+    return max(flops / gpu.peak_flops, nbytes / gpu.hbm_bandwidth)
 
 
 def _check_overhead(overhead_s) -> float:

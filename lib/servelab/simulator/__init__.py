@@ -70,8 +70,9 @@ One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state`
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
 `v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`), `preemption` (`Swap`),
 `speculative` (`Speculation`), `clients` (`Clients`, `Backoff`, `QueueCap`), `fair` (`TokenFair`, `Priority`),
-`loop` (`simulate`) and `metrics` (`SimResult`, `percentiles`); every name is importable from
-`servelab.simulator` itself.
+`loop` (`simulate`), `mixed_fast` (the loop's fast form for a plain `MixedBudget()`: the same result, bit for
+bit, without per-sequence work in every step) and `metrics` (`SimResult`, `percentiles`); every name is
+importable from `servelab.simulator` itself.
 
 Time is in seconds throughout (arrivals, step times). `servelab.workloads.poisson_arrivals` is chapter 1's
 step-clock generator and returns integer *steps*; `poisson_arrivals` here returns float *seconds*.

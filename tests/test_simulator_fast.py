@@ -1,0 +1,129 @@
+"""servelab.simulator.mixed_fast: simulate's fast form for a plain MixedBudget gives the step loop's result, bit for
+bit, and is taken only where it applies; costmodel.roofline_s is cost_from_totals' slower roof exactly."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from servelab import costmodel
+from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.simulator import (
+    BacklogAdmission,
+    Clients,
+    MixedBudget,
+    Requests,
+    Speculation,
+    Swap,
+    Traced,
+    lognormal_lengths,
+    mixed_fast,
+    poisson_arrivals,
+    simulate,
+)
+
+TOY = ModelSpec("toy", num_layers=2, hidden_size=8, num_heads=2, num_kv_heads=1, head_dim=4,
+                intermediate_size=16, vocab_size=10)
+TOY_GPU = GPUSpec("toy", peak_flops=1e6, hbm_bandwidth=1e4, memory_bytes=1e5)
+
+
+class LoopMixedBudget(MixedBudget):
+    """The same policy, but a subclass: simulate runs it through the general step loop."""
+
+
+def _same(a, b) -> list[str]:
+    """The SimResult fields that differ (arrays: dtype, shape and every value, NaNs in the same places)."""
+    bad = []
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("requests", "policy"):
+            continue
+        if isinstance(x, np.ndarray):
+            if not (x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")):
+                bad.append(f.name)
+        elif x != y:
+            bad.append(f.name)
+    return bad
+
+
+def _random_case(rng: random.Random):
+    n, seed = rng.randint(1, 120), rng.randrange(1000)
+    prompt_median, output_median = rng.choice([3, 32, 512]), rng.choice([1, 2, 8, 64])
+    requests = Requests(poisson_arrivals(n, rng.choice([1.0, 30.0, 300.0]), seed=seed),
+                        lognormal_lengths(n, median=prompt_median, sigma=1.0, seed=seed + 1, high=4 * prompt_median),
+                        lognormal_lengths(n, median=output_median, sigma=1.0, seed=seed + 2, high=4 * output_median))
+    need = int(requests.max_kv_tokens.max())
+    kwargs = {}
+    kv = rng.choice([None, need, need + rng.randint(0, 40), 3 * need, 20 * need])   # tight ones preempt a lot
+    if kv is not None:
+        kwargs["kv_capacity_tokens"] = kv
+    if rng.random() < 0.2:
+        kwargs["overhead_s"] = rng.choice([0, 1e-3, 2])
+    policy = MixedBudget(rng.choice([1, 4, 8, 16, 64, 512, 2048]), rng.choice([1, 2, 4, 16, 256]))
+    return requests, policy, kwargs
+
+
+@pytest.mark.parametrize("model,gpu", [(LLAMA3_8B, H100_SXM), (LLAMA2_7B, H200), (TOY, TOY_GPU)])
+def test_the_fast_form_is_the_step_loop_bit_for_bit(model, gpu):
+    rng, preemptions = random.Random(hash(model.name) % 1000), 0
+    for _ in range(25):
+        requests, policy, kwargs = _random_case(rng)
+        if model is TOY:
+            kwargs.setdefault("kv_capacity_tokens", 20 * int(requests.max_kv_tokens.max()))
+        assert mixed_fast.applies(policy, None, None, False, None, None)
+        fast = simulate(requests, policy, model, gpu, **kwargs)
+        loop = simulate(requests, LoopMixedBudget(policy.max_num_batched_tokens, policy.max_num_seqs), model, gpu,
+                        **kwargs)
+        assert _same(fast, loop) == [], (policy, kwargs)
+        assert fast.summary() == loop.summary() or np.isnan(fast.summary()["tpot_p50_s"])
+        preemptions += int(fast.preemptions.sum())
+    if model is not TOY:
+        assert preemptions > 0                  # the tight KV cases did exercise the preemption path
+
+
+def test_the_fast_form_matches_traced_on_the_benchmark_workload():
+    n = 1000
+    requests = Requests(poisson_arrivals(n, 30.0, seed=0),
+                        lognormal_lengths(n, median=512, sigma=1.0, seed=1, high=8192),
+                        lognormal_lengths(n, median=128, sigma=1.0, seed=2, high=2048))
+    for kwargs in ({}, {"kv_capacity_tokens": 30_000}):
+        traced = Traced(MixedBudget())
+        assert _same(simulate(requests, MixedBudget(), LLAMA3_8B, H100_SXM, **kwargs),
+                     simulate(requests, traced, LLAMA3_8B, H100_SXM, **kwargs)) == []
+
+
+def test_the_fast_form_is_taken_only_for_a_plain_mixed_budget(monkeypatch):
+    plain = MixedBudget()
+    assert mixed_fast.applies(plain, None, None, False, None, None)
+    assert not mixed_fast.applies(LoopMixedBudget(), None, None, False, None, None)
+    assert not mixed_fast.applies(Traced(plain), None, None, False, None, None)
+    assert not mixed_fast.applies(MixedBudget(prefill_order="shortest_first"), None, None, False, None, None)
+    assert not mixed_fast.applies(plain, BacklogAdmission(1000), None, False, None, None)
+    assert not mixed_fast.applies(plain, None, Swap(), False, None, None)
+    assert not mixed_fast.applies(plain, None, None, True, None, None)
+    assert not mixed_fast.applies(plain, None, None, False, Speculation(4, 0.7), None)
+    assert not mixed_fast.applies(plain, None, None, False, None, Clients(1.0))
+
+    # a replaced MixedBudget.schedule (a learner's, a grader's block) is what runs, through the step loop
+    calls = []
+    reference = MixedBudget.schedule
+
+    def schedule(self, state):
+        calls.append(1)
+        return reference(self, state)
+
+    monkeypatch.setattr(MixedBudget, "schedule", schedule)
+    assert not mixed_fast.applies(plain, None, None, False, None, None)
+    result = simulate(Requests([0.0, 0.0], [5, 7], [3, 2]), plain, LLAMA3_8B, H100_SXM)
+    assert len(calls) == result.step_end_s.size > 0
+
+
+def test_roofline_s_is_the_slower_roof_of_cost_from_totals():
+    rng = random.Random(7)
+    for model in (LLAMA2_7B, LLAMA3_8B, TOY):
+        for gpu in (H100_SXM, H200, TOY_GPU):
+            for _ in range(2000):
+                totals = [rng.randrange(0, 10 ** rng.randint(1, 9)) for _ in range(4)]
+                cost = costmodel.cost_from_totals(model, gpu, *totals)
+                assert costmodel.roofline_s(model, gpu, *totals) == max(cost.compute_s, cost.memory_s)
