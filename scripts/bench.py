@@ -42,6 +42,8 @@ RESULTS = REPO / "bench" / "results.md"
 KERNEL = "servelab"
 ENGINE_MARK = "<!-- engine: scripts/bench_engine.py -->"   # the section scripts/bench_engine.py writes
 VLLM_SCHEDULER_MARK = "<!-- vllm_scheduler: scripts/bench_vllm_scheduler.py -->"   # scripts/bench_vllm_scheduler.py's
+# any other script's section marker (scripts/bench_peers.py's, ...): this script keeps them all
+SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
 
 NOTEBOOK_TARGET_S = 20.0
 AUTOGRADE_TARGET_S = 15.0
@@ -341,8 +343,8 @@ def write_results(rows: list[Row], args: argparse.Namespace, started: dt.datetim
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else ""
-    starts = [old.index(mark) for mark in (ENGINE_MARK, VLLM_SCHEDULER_MARK) if mark in old]
-    sections = old[min(starts):] if starts else ""   # the other scripts' sections, from the first of them on
+    first = SECTION_MARK.search(old)
+    sections = old[first.start():] if first else ""   # the other scripts' sections, from the first of them on
     RESULTS.write_text("\n".join(lines) + ("\n" + sections if sections else ""))
 
 
