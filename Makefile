@@ -13,7 +13,7 @@ GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup lab lab-instructor check test release release-if-stale solutions autograde lint bench browser-deps \
-        sandbox-deps clean
+        sandbox-deps clean hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde
 
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
@@ -73,7 +73,9 @@ check: setup release-if-stale
 # and a worker that waits leaves its core to the others. --dist loadscope keeps each test module and each
 # notebook (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: setup browser-deps sandbox-deps
+# as root, the hub's course environment too: tests/test_hub.py runs a course on it (it skips without root)
+HUB_TEST_DEPS := $(if $(filter 0,$(shell id -u)),hub-deps,)
+test: setup browser-deps sandbox-deps $(HUB_TEST_DEPS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 solutions: setup
@@ -87,8 +89,38 @@ autograde: setup
 	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS) $(if $(DASK),--dask $(DASK)) \
 	  $(if $(WORKERS),--jobs $(WORKERS)) $(GRADE_ARGS)
 
+# A course for many learners on this server (as root): JupyterHub on 127.0.0.1:$(HUB_PORT) with PAM logins, each
+# learner's lab run as that Linux user from the course environment in $(HUB_PREFIX), nbgrader's exchange in
+# $(HUB_EXCHANGE). Accounts come from a CSV roster (hub/roster.py); the instructor's steps are hub/course.py's.
+HUB_PREFIX ?= /opt/servelab-hub
+HUB_EXCHANGE ?= /srv/nbgrader/exchange
+HUB_PORT ?= 8000
+HUB_IP ?= 127.0.0.1
+HUB_PY := $(HUB_PREFIX)/venv/bin/python
+ROSTER ?= roster.csv
+INSTRUCTOR ?=
+COURSE_ARGS = $(if $(INSTRUCTOR),--instructor $(INSTRUCTOR))
+hub-deps: release-if-stale
+	@bash hub/install.sh $(HUB_PREFIX) $(HUB_EXCHANGE)
+
+hub: hub-deps
+	cd $(HUB_PREFIX) && SERVELAB_HUB_PREFIX=$(HUB_PREFIX) SERVELAB_HUB_IP=$(HUB_IP) SERVELAB_HUB_PORT=$(HUB_PORT) \
+	  $(HUB_PREFIX)/venv/bin/jupyterhub -f $(CURDIR)/hub/jupyterhub_config.py
+
+hub-roster: hub-deps
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(HUB_PY) hub/roster.py $(ROSTER)
+
+hub-release hub-collect hub-feedback: hub-deps
+	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(HUB_PY) hub/course.py $(@:hub-%=%) $(CH) $(COURSE_ARGS)
+
+hub-autograde: setup sandbox-deps
+	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(BIN)/python hub/course.py autograde $(CH) $(COURSE_ARGS) \
+	  $(if $(WORKERS),--workers $(WORKERS)) $(if $(DASK),--dask $(DASK))
+
 lint: setup
-	$(BIN)/ruff check lib autograder tests scripts
+	$(BIN)/ruff check lib autograder tests scripts hub
 
 bench: setup
 	$(BIN)/python scripts/bench.py

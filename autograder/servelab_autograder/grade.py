@@ -111,9 +111,13 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Replace `path` whole. A file replaced keeps its mode (nbgrader's feedback page must stay readable by the
+    learner it is released to); a new one is the writer's alone (mode 600), like the grades."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if path.is_file():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()

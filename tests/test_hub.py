@@ -1,0 +1,280 @@
+"""End to end on loopback: a course on JupyterHub (`make hub`), from roster to feedback.
+
+Two learners and an instructor from a CSV roster (hub/roster.py, real Linux users, PAM passwords); the hub on free
+ports with the config of hub/jupyterhub_config.py, its state in a scratch folder, driven through its REST API with
+a service token. The instructor releases chapter 01 to nbgrader's exchange (hub/course.py); learner A fetches it
+and submits the solution, learner B a known-wrong answer, each with nbgrader's commands run as that user; the
+instructor collects, grades on a two-worker Dask LocalCluster through the sandboxed grader and releases
+feedback; each learner fetches theirs. Asserted: each learner's server runs as that user, in the learner lab
+(no formgrader), with A logging in through the hub's page in headless Chromium; the scores are what the
+submissions deserve; each learner's feedback is theirs alone; neither learner can list the exchange's inbound
+folder or read the other's home or the instructor's course folder (the gradebook). Needs root (it makes users)
+and `make hub-deps` (the course environment under /opt/servelab-hub); everything it made is removed at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from servelab_autograder import submissions
+
+pytestmark = pytest.mark.autograde
+
+REPO = Path(__file__).resolve().parents[1]
+PREFIX = Path(os.environ.get("SERVELAB_HUB_PREFIX", "/opt/servelab-hub"))
+CHROMIUM = Path(os.environ.get("SERVELAB_CHROMIUM", "/usr/bin/chromium"))
+CH = "ch01_continuous_batching"
+sys.path.insert(0, str(REPO / "hub"))
+import roster  # noqa: E402
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "the hub test makes Linux users and runs their servers as them: it needs root"
+    if not (PREFIX / "venv" / "bin" / "jupyterhub").is_file() or not (PREFIX / "node_modules").is_dir():
+        return f"no course environment in {PREFIX}: `make hub-deps` (make test builds it as root)"
+    return None
+
+
+pytestmark = [pytestmark, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _exchange_root() -> Path:
+    text = (PREFIX / "venv" / "etc" / "jupyter" / "nbgrader_config.py").read_text()
+    return Path(text.split("c.Exchange.root = ")[1].split("\n")[0].strip("\"'"))
+
+
+def as_user(user: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return roster.as_user(user, *argv, cwd=cwd or Path(pwd.getpwnam(user).pw_dir))
+
+
+class Hub:
+    def __init__(self, state: Path, env: dict):
+        self.port, self.token = int(env["SERVELAB_HUB_PORT"]), env["SERVELAB_HUB_API_TOKEN"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = state / "hub.log"
+        self.proc = subprocess.Popen([str(PREFIX / "venv" / "bin" / "jupyterhub"), "-f",
+                                      str(REPO / "hub" / "jupyterhub_config.py")], cwd=state, env=env,
+                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait(self.up, "the hub to answer")
+
+    def up(self) -> bool:
+        try:
+            return self.api("GET", "/info") is not None
+        except AssertionError:   # the proxy answers 404 until the hub has added its route
+            return False
+
+    def api(self, method: str, path: str, body: dict | None = None):
+        req = urllib.request.Request(f"{self.url}/hub/api{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"token {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                text = r.read().decode()
+                return json.loads(text) if text else {}
+        except urllib.error.HTTPError as err:
+            raise AssertionError(f"{method} /hub/api{path}: {err.code} {err.read().decode()[:500]}") from err
+        except (urllib.error.URLError, ConnectionError):
+            return None   # not up yet
+
+    def wait(self, ready, what: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the hub exited waiting for {what}:\n{self.log.read_text()[-3000:]}")
+            if ready():
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
+
+    def get(self, path: str) -> int:
+        """The status of a GET through the proxy, with the service's token (it may reach every server)."""
+        req = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"token {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    def start_server(self, user: str) -> dict:
+        self.api("POST", f"/users/{user}")   # the hub knows a user once they log in, or once an admin adds them
+        self.api("POST", f"/users/{user}/server")
+        self.wait(lambda: (self.api("GET", f"/users/{user}") or {}).get("servers", {}).get("", {}).get("ready"),
+                  f"{user}'s server")
+        return self.api("GET", f"/users/{user}")["servers"][""]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    tag = secrets.token_hex(3)
+    names = {"a": f"sle2e-{tag}-a", "b": f"sle2e-{tag}-b", "kay": f"sle2e-{tag}-kay"}
+    passwords = {k: secrets.token_urlsafe(12) for k in names}
+    state = tmp_path_factory.mktemp("hub")
+    os.chmod(state, 0o700)
+    table = state / "roster.csv"
+    with open(table, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(roster.COLUMNS)
+        for k, role in (("a", "learner"), ("b", "learner"), ("kay", "instructor")):
+            w.writerow([names[k], role, k.upper(), "E2e", f"{k}@example.org", passwords[k]])
+    course_id = f"servelab-e2e-{tag}"
+    env = {**os.environ, "SERVELAB_HUB_PREFIX": str(PREFIX), "SERVELAB_HUB_STATE": str(state),
+           "SERVELAB_HUB_PORT": str(_free_port()), "SERVELAB_HUB_API_PORT": str(_free_port()),
+           "SERVELAB_HUB_PROXY_API_PORT": str(_free_port()), "SERVELAB_HUB_API_TOKEN": secrets.token_hex(16),
+           "SERVELAB_COURSE_ID": course_id}
+    exchange = _exchange_root() / course_id
+    hub = None
+    try:
+        made = subprocess.run([sys.executable, str(REPO / "hub" / "roster.py"), str(table)], env=env,
+                              capture_output=True, text=True)
+        assert made.returncode == 0, made.stdout + made.stderr
+        hub = Hub(state, env)
+        yield {"names": names, "passwords": passwords, "hub": hub, "env": env, "course_id": course_id,
+               "exchange": exchange, "kay_course": Path(pwd.getpwnam(names["kay"]).pw_dir) / roster.COURSE}
+    finally:
+        if hub is not None:
+            hub.stop()
+        subprocess.run([sys.executable, str(REPO / "hub" / "roster.py"), str(table), "--remove"], env=env,
+                       capture_output=True)
+        shutil.rmtree(exchange, ignore_errors=True)
+    assert not any(_exists(n) for n in names.values()), "the test's users were not all removed"
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def step(course, *argv: str) -> str:
+    run = subprocess.run([sys.executable, str(REPO / "hub" / "course.py"), *argv, "--instructor",
+                          course["names"]["kay"]], env=course["env"], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, f"hub/course.py {' '.join(argv)}:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return run.stdout
+
+
+def learner(course, key: str, *argv: str) -> str:
+    run = as_user(course["names"][key], "nbgrader", *argv, f"--course={course['course_id']}")
+    assert run.returncode == 0, f"nbgrader {' '.join(argv)} as {key}:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    return run.stdout + run.stderr
+
+
+def _put_notebook(user: str, nb) -> None:
+    import nbformat
+
+    path = Path(pwd.getpwnam(user).pw_dir) / CH / f"{CH}.ipynb"
+    nbformat.write(nb, path)
+    ids = pwd.getpwnam(user)
+    os.chown(path, ids.pw_uid, ids.pw_gid)
+
+
+def test_a_course_from_roster_to_feedback(course):
+    names, hub = course["names"], course["hub"]
+    # each learner's server runs as that Linux user, in the learner lab
+    for key in ("a", "b"):
+        server = hub.start_server(names[key])
+        pid = server["state"]["pid"]
+        uid = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                       if line.startswith("Uid:")).split()[1])
+        assert uid == pwd.getpwnam(names[key]).pw_uid, (key, server)
+
+    # the instructor's lab has nbgrader's formgrader, on their course folder; a learner's has none
+    hub.start_server(names["kay"])
+    assert hub.get(f"/user/{names['kay']}/formgrader/") == 200
+    assert hub.get(f"/user/{names['a']}/formgrader/") == 404
+
+    step(course, "release", CH)
+    wrong_name, (wrong_nb, wrong) = sorted(submissions.known_wrong(CH, REPO).items())[0]
+    for key, nb in (("a", submissions.complete_submission(CH, REPO)), ("b", wrong_nb)):
+        learner(course, key, "fetch_assignment", CH)
+        _put_notebook(names[key], nb)
+        learner(course, key, "submit", CH)
+
+    # neither learner can find the other's submission, read the other's home or the instructor's gradebook
+    inbound = course["exchange"] / "inbound"
+    for me, other in (("a", "b"), ("b", "a")):
+        assert as_user(names[me], "ls", str(inbound)).returncode != 0
+        other_nb = Path(pwd.getpwnam(names[other]).pw_dir) / CH / f"{CH}.ipynb"
+        assert as_user(names[me], "cat", str(other_nb)).returncode != 0
+        assert as_user(names[me], "ls", str(course["kay_course"])).returncode != 0
+
+    step(course, "collect", CH)
+    graded = step(course, "autograde", CH, "--workers", "2")
+    assert "grading on Dask (a LocalCluster, 2 worker(s))" in graded, graded
+    with open(course["kay_course"] / "grades.csv", newline="") as fh:
+        rows = {r["student"]: r for r in csv.DictReader(fh)}
+    top = float(rows[names["a"]]["max_score"])
+    lost = sum(submissions.points(c) for c in submissions.load_source(CH, REPO).cells
+               if submissions.grade_id(c) in wrong["fails"])
+    assert float(rows[names["a"]]["score"]) == top > 0, rows
+    assert float(rows[names["b"]]["score"]) == top - lost < top, (wrong_name, rows)
+    assert pwd.getpwuid((course["kay_course"] / "gradebook.db").stat().st_uid).pw_name == names["kay"]
+
+    step(course, "feedback", CH)
+    pages = {}
+    for key in ("a", "b"):
+        learner(course, key, "fetch_feedback", CH)
+        found = list((Path(pwd.getpwnam(names[key]).pw_dir) / CH / "feedback").glob(f"*/{CH}.html"))
+        assert len(found) == 1, (key, found)
+        pages[key] = found[0].read_text()
+    for key, other in (("a", "b"), ("b", "a")):
+        score = rows[names[key]]["score"]
+        assert f"Score: {float(score):g}" in pages[key] or f"{score} / " in pages[key] or score in pages[key]
+        assert pages[key] != pages[other]
+    assert wrong["message"] in pages["b"] and wrong["message"] not in pages["a"]
+
+
+def test_a_learner_logs_in_through_the_hub_page_into_the_learner_lab(course):
+    if not CHROMIUM.is_file():
+        pytest.skip(f"no Chromium at {CHROMIUM}: `make browser-deps`")
+    from playwright.sync_api import sync_playwright
+
+    name, hub = course["names"]["a"], course["hub"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{hub.url}/hub/login", timeout=60_000)
+            page.fill("#username_input", name)
+            page.fill("#password_input", course["passwords"]["a"])
+            page.click("#login_submit")
+            page.wait_for_url(f"**/user/{name}/lab**", timeout=180_000)
+            page.wait_for_selector(".jp-LabShell", timeout=180_000)
+            # the learner lab: nbgrader's assignment list is there (it sees the fetched and submitted chapter),
+            # its formgrader is not
+            listed = page.request.get(f"{hub.url}/user/{name}/assignments?course_id={course['course_id']}")
+            assert listed.status == 200 and CH in listed.text(), listed.text()[:500]
+            assert page.request.get(f"{hub.url}/user/{name}/formgrader").status == 404
+        finally:
+            browser.close()
