@@ -35,6 +35,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 OUT = REPO / "bench" / "out"
@@ -42,8 +45,6 @@ RESULTS = REPO / "bench" / "results.md"
 KERNEL = "servelab"
 ENGINE_MARK = "<!-- engine: scripts/bench_engine.py -->"   # the section scripts/bench_engine.py writes
 VLLM_SCHEDULER_MARK = "<!-- vllm_scheduler: scripts/bench_vllm_scheduler.py -->"   # scripts/bench_vllm_scheduler.py's
-# any other script's section marker (scripts/bench_peers.py's, ...): this script keeps them all
-SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
 
 NOTEBOOK_TARGET_S = 20.0
 AUTOGRADE_TARGET_S = 15.0
@@ -343,7 +344,7 @@ def write_results(rows: list[Row], args: argparse.Namespace, started: dt.datetim
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else ""
-    first = SECTION_MARK.search(old)
+    first = results_md.SECTION_MARK.search(old)   # every other script's section is kept
     sections = old[first.start():] if first else ""   # the other scripts' sections, from the first of them on
     RESULTS.write_text("\n".join(lines) + ("\n" + sections if sections else ""))
 

@@ -24,17 +24,16 @@ import argparse
 import datetime as dt
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_radix  # noqa: E402
 import peers_scheduler  # noqa: E402
+from results_md import record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 MARK = "<!-- peers: scripts/bench_peers.py -->"
-SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
 GOALS = {"radix": 2.0, "scheduler": 1.5}
 
 
@@ -71,21 +70,6 @@ def table(measured: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
-def record(text: str, section: str) -> str:
-    """bench/results.md with this section in place of the old one (up to the next section marker), else just
-    before the first other section, else at the end."""
-    section = section.rstrip("\n") + "\n"
-    if MARK in text:
-        start = text.index(MARK)
-        nxt = SECTION_MARK.search(text, start + len(MARK))
-        return text[:start] + section + ("\n" + text[nxt.start():] if nxt else "")
-    nxt = SECTION_MARK.search(text)
-    if nxt:
-        return text[:nxt.start()] + section + "\n" + text[nxt.start():]
-    keep = text.rstrip("\n")
-    return (keep + "\n\n" if keep else "") + section
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sglang", default=None, help="an sglang-0.5.23 wheel (default: the cache, downloaded)")
@@ -112,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         section = [MARK, "", "## Against the peers (`scripts/bench_peers.py`)", "", f"- date: {when}; {head}",
                    *[f"- {n}" for n in notes], "", *lines, ""]
         old = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else ""
-        RESULTS.write_text(record(old, "\n".join(section)), encoding="utf-8")
+        RESULTS.write_text(record(old, "\n".join(section), MARK), encoding="utf-8")
         print(f"wrote {RESULTS}")
     return 1 if disagree else 0
 

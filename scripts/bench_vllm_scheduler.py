@@ -24,17 +24,17 @@ import datetime as dt
 import os
 import platform
 import random
-import re
 import sys
 import time
 from pathlib import Path
 
 from servelab import vllm_scheduler as vs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 MARK = "<!-- vllm_scheduler: scripts/bench_vllm_scheduler.py -->"
-# any section marker of the scripts that write bench/results.md (scripts/bench.py and scripts/bench_engine.py)
-SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
 
 BLOCK_SIZE, NUM_GPU_BLOCKS = 16, 2689          # block 0 is the null block
 BUDGET, MAX_NUM_SEQS = 2048, 128
@@ -96,20 +96,8 @@ def drive(scheduler: vs.Scheduler, by_step: dict[int, list[vs.Request]]) -> dict
 
 
 def record(text: str, section: str) -> str:
-    """`text` (bench/results.md) with this script's section put in: in place of the old one (from MARK to the next
-    section marker or the end), else just before the first other section (so scripts/bench_engine.py's section,
-    which runs to the end of the file, stays last), else at the end. Everything else is kept as it is."""
-    section = section.rstrip("\n") + "\n"
-    if MARK in text:
-        start = text.index(MARK)
-        nxt = SECTION_MARK.search(text, start + len(MARK))
-        end = nxt.start() if nxt else len(text)
-        return text[:start] + section + ("\n" + text[end:] if nxt else "")
-    nxt = SECTION_MARK.search(text)
-    if nxt:
-        return text[:nxt.start()] + section + "\n" + text[nxt.start():]
-    keep = text.rstrip("\n")
-    return (keep + "\n\n" if keep else "") + section
+    """`text` (bench/results.md) with this script's section put in (scripts/results_md.py's `record`)."""
+    return results_md.record(text, section, MARK)
 
 
 def main(argv: list[str] | None = None) -> int:

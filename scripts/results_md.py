@@ -1,0 +1,28 @@
+"""bench/results.md is shared: scripts/bench.py writes its head, and each other bench script one section that starts
+at a marker comment of its own. `record` puts one script's section in and keeps everything else as it is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
+# any section marker of the scripts that write bench/results.md
+SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
+
+
+def record(text: str, section: str, mark: str) -> str:
+    """`text` (bench/results.md) with `section` (which starts with `mark`) put in: in place of the old one (from
+    `mark` to the next section marker or the end), else just before the first other section (so
+    scripts/bench_engine.py's section, which runs to the end of the file, stays last), else at the end."""
+    section = section.rstrip("\n") + "\n"
+    if mark in text:
+        start = text.index(mark)
+        nxt = SECTION_MARK.search(text, start + len(mark))
+        end = nxt.start() if nxt else len(text)
+        return text[:start] + section + ("\n" + text[end:] if nxt else "")
+    nxt = SECTION_MARK.search(text)
+    if nxt:
+        return text[:nxt.start()] + section + "\n" + text[nxt.start():]
+    keep = text.rstrip("\n")
+    return (keep + "\n\n" if keep else "") + section
