@@ -23,13 +23,15 @@ umask 022
 mkdir -p "$PREFIX"
 
 # the course package itself (not an editable link into this checkout), JupyterHub, the servelab kernel;
-# redone when the package's sources changed since the last install
+# redone when the package's sources changed since the last install. Compiled to bytecode here: the users
+# cannot write into the venv, and without .pyc files every nbgrader command and lab server they start
+# would compile its imports again (about 5 s each)
 stamp="$PREFIX/.installed"
 if [ -x "$PREFIX/venv/bin/python" ] && ! runnable "$PREFIX/venv/bin/python"; then rm -rf "$PREFIX/venv" "$stamp"; fi
 if [ ! -f "$stamp" ] || [ -n "$(find "$REPO/pyproject.toml" "$REPO/lib" "$REPO/autograder" -newer "$stamp" -print -quit)" ]; then
   echo "installing the course environment into $PREFIX/venv (log: $PREFIX/pip.log)"
   [ -x "$PREFIX/venv/bin/python" ] || "$PYTHON" -m venv "$PREFIX/venv"
-  "$PREFIX/venv/bin/python" -m pip install -q --no-compile --upgrade "$REPO" "jupyterhub==$JUPYTERHUB_VERSION" \
+  "$PREFIX/venv/bin/python" -m pip install -q --upgrade "$REPO" "jupyterhub==$JUPYTERHUB_VERSION" \
     >"$PREFIX/pip.log" 2>&1 || { tail -40 "$PREFIX/pip.log"; exit 1; }
   "$PREFIX/venv/bin/python" -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
   touch "$stamp"

@@ -3,6 +3,7 @@ head takes a worker's notebook in. tests/test_autograde.py grades on a real two-
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 
 import nbformat
@@ -12,9 +13,9 @@ from nbgrader.api import Gradebook
 from servelab_autograder import fanout
 
 
-@pytest.fixture
-def gradebook(tmp_path):
-    path = tmp_path / "gradebook.db"
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"   # made once: nbgrader's migrations take seconds
     with Gradebook(f"sqlite:///{path}") as gb:
         gb.add_assignment("ch01")
         gb.add_notebook("ch01", "ch01")
@@ -23,6 +24,13 @@ def gradebook(tmp_path):
         for student in ("alice", "bob"):
             gb.add_student(student)
             gb.add_submission("ch01", student)
+    return path
+
+
+@pytest.fixture
+def gradebook(_template, tmp_path):
+    path = tmp_path / "gradebook.db"
+    shutil.copy(_template, path)
     return path
 
 

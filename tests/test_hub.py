@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -107,21 +108,27 @@ class Hub:
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
 
-    def get(self, path: str) -> int:
-        """The status of a GET through the proxy, with the service's token (it may reach every server)."""
+    def get(self, path: str, body: list | None = None) -> int:
+        """The status of a GET through the proxy, with the service's token (it may reach every server); the
+        body, when it is JSON, is appended to `body`."""
         req = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"token {self.token}"})
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
+                if body is not None:
+                    body.append(json.loads(r.read().decode()))
                 return r.status
         except urllib.error.HTTPError as err:
             return err.code
 
-    def start_server(self, user: str) -> dict:
-        self.api("POST", f"/users/{user}")   # the hub knows a user once they log in, or once an admin adds them
-        self.api("POST", f"/users/{user}/server")
-        self.wait(lambda: (self.api("GET", f"/users/{user}") or {}).get("servers", {}).get("", {}).get("ready"),
-                  f"{user}'s server")
-        return self.api("GET", f"/users/{user}")["servers"][""]
+    def start_servers(self, *users: str) -> dict[str, dict]:
+        """Start the users' servers (all at once: each takes seconds) and wait until every one is ready."""
+        for user in users:
+            self.api("POST", f"/users/{user}")   # the hub knows a user once they log in, or once an admin adds them
+            self.api("POST", f"/users/{user}/server")
+        for user in users:
+            self.wait(lambda u=user: (self.api("GET", f"/users/{u}") or {}).get("servers", {}).get("", {})
+                      .get("ready"), f"{user}'s server")
+        return {user: self.api("GET", f"/users/{user}")["servers"][""] for user in users}
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -201,24 +208,30 @@ def _put_notebook(user: str, nb) -> None:
 def test_a_course_from_roster_to_feedback(course):
     names, hub = course["names"], course["hub"]
     # each learner's server runs as that Linux user, in the learner lab
+    servers = hub.start_servers(names["a"], names["b"], names["kay"])
     for key in ("a", "b"):
-        server = hub.start_server(names[key])
+        server = servers[names[key]]
         pid = server["state"]["pid"]
         uid = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                        if line.startswith("Uid:")).split()[1])
         assert uid == pwd.getpwnam(names[key]).pw_uid, (key, server)
 
     # the instructor's lab has nbgrader's formgrader, on their course folder; a learner's has none
-    hub.start_server(names["kay"])
     assert hub.get(f"/user/{names['kay']}/formgrader/") == 200
     assert hub.get(f"/user/{names['a']}/formgrader/") == 404
+    specs = []   # and every learner's lab has the course's kernel
+    assert hub.get(f"/user/{names['b']}/api/kernelspecs", specs) == 200 and "servelab" in specs[0]["kernelspecs"]
 
     step(course, "release", CH)
     wrong_name, (wrong_nb, wrong) = sorted(submissions.known_wrong(CH, REPO).items())[0]
-    for key, nb in (("a", submissions.complete_submission(CH, REPO)), ("b", wrong_nb)):
+
+    def work(key, nb):   # the two learners at the same time, as in a class
         learner(course, key, "fetch_assignment", CH)
         _put_notebook(names[key], nb)
         learner(course, key, "submit", CH)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(work, ("a", "b"), (submissions.complete_submission(CH, REPO), wrong_nb)))
 
     # neither learner can find the other's submission, read the other's home or the instructor's gradebook
     inbound = course["exchange"] / "inbound"
@@ -242,8 +255,9 @@ def test_a_course_from_roster_to_feedback(course):
 
     step(course, "feedback", CH)
     pages = {}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda key: learner(course, key, "fetch_feedback", CH), ("a", "b")))
     for key in ("a", "b"):
-        learner(course, key, "fetch_feedback", CH)
         found = list((Path(pwd.getpwnam(names[key]).pw_dir) / CH / "feedback").glob(f"*/{CH}.html"))
         assert len(found) == 1, (key, found)
         pages[key] = found[0].read_text()
