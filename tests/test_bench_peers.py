@@ -34,9 +34,9 @@ def test_without_peers_it_prints_servelabs_figures_alone_and_says_so(capsys, mon
 def test_its_section_goes_in_place_and_keeps_the_others():
     bench = _script("bench_peers")
     other = "<!-- engine: scripts/bench_engine.py -->\n\n## engine\n"
-    text = bench.record("# Benchmark\n\n| a |\n\n" + other, bench.MARK + "\n\n## peers v1\n")
+    text = bench.record("# Benchmark\n\n| a |\n\n" + other, bench.MARK + "\n\n## peers v1\n", bench.MARK)
     assert text.index("# Benchmark") < text.index(bench.MARK) < text.index("<!-- engine:")
-    again = bench.record(text, bench.MARK + "\n\n## peers v2\n")
+    again = bench.record(text, bench.MARK + "\n\n## peers v2\n", bench.MARK)
     assert again.count(bench.MARK) == 1 and "peers v2" in again and "peers v1" not in again
     assert again.endswith(other)
 
