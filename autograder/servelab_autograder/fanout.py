@@ -84,7 +84,8 @@ def grade_attempt(task: dict, gradebook: bytes) -> dict:
     """Run one attempt at grading one submission; what runs on a Dask worker. Plain data in, plain data out.
 
     `task` holds root, assignment, student, notebook (the staged notebook's text), timestamp (text or None),
-    plan (kernel_guard's plan without its paths), references (the chapter's references for the sandbox's
+    plan (kernel_guard's plan; its paths are replaced by this worker's, but the head's sandbox library and font
+    cache are used where this machine has them), references (the chapter's references for the sandbox's
     library, or none) and wall_s (the notebook's wall-clock backstop); `gradebook` is the bytes of
     `learnerless_gradebook` (sent to each worker once). The result holds
     returncode, timed_out, output, seconds, log, progress (the progress file's text) and autograded (the
@@ -115,7 +116,9 @@ def grade_attempt(task: dict, gradebook: bytes) -> dict:
         font = plan.get("font_cache")
         if font and not Path(font).is_file():
             plan["font_cache"] = None   # the head's cache is not on this machine: the sandbox builds its own
-        if task.get("references") and plan.get("sandbox"):
+        library = plan.get("library")
+        if task.get("references") and plan.get("sandbox") and not (library and Path(library).is_dir()):
+            # the head's build is not on this machine (a worker elsewhere): build the chapter's own here
             plan["library"] = str(_library(root, a, task["references"]))
         (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
         env = dict(release.venv_path_env(), **{ENV_PLAN: str(work / "plan.json")})
