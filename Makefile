@@ -13,7 +13,7 @@ GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup lab lab-instructor check test release release-if-stale solutions autograde lint bench browser-deps \
-        sandbox-deps clean hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde
+        sandbox-deps clean mutants hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde
 
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
@@ -118,6 +118,13 @@ hub-autograde: setup sandbox-deps
 	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }
 	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(BIN)/python hub/course.py autograde $(CH) $(COURSE_ARGS) \
 	  $(if $(WORKERS),--workers $(WORKERS)) $(if $(DASK),--dask $(DASK))
+
+# Mutation testing of the hidden tests (all chapters, or CH=ch04): one line per chapter, "chNN: K killed, E equivalent
+# (explained), S survived", each survivor with its id and changed line; exit 1 on a survivor. Not part of `make test`
+# (about 10 minutes on the 2-core machine); tests/test_mutants.py checks the committed equivalent lists instead.
+MUTANT_JOBS ?= 2
+mutants: setup
+	$(BIN)/python -m servelab_autograder.mutants $(CH) --jobs $(MUTANT_JOBS)
 
 lint: setup
 	$(BIN)/ruff check lib autograder tests scripts hub

@@ -29,6 +29,7 @@ import importlib
 import io
 import json
 import math
+import numbers
 import random
 import sys
 from collections.abc import Callable
@@ -69,7 +70,21 @@ class Drill:
     rel_tol: float = 0.0
     hints: tuple[tuple[float, str], ...] = ()   # (a wrong answer, what it means), for a wrong answer no patch gives
 
+    def whole(self) -> bool:
+        """Whether the answer is a count (an int): graded exactly, whatever tolerance the drill names, since a
+        tolerance of 1% would take 1,200 where 1,199 is right."""
+        want = self.expected()
+        return isinstance(want, numbers.Integral) and not isinstance(want, bool)
+
+    def accepts(self, got: float, want=None) -> bool:
+        want = self.expected() if want is None else want
+        if self.whole():
+            return got == float(want)
+        return math.isclose(got, float(want), rel_tol=self.rel_tol, abs_tol=self.abs_tol)
+
     def tolerance(self) -> str:
+        if self.whole():
+            return "exactly"
         return f"within {self.abs_tol}" if self.abs_tol else f"within {self.rel_tol:.0%}" if self.rel_tol \
             else "exactly"
 
@@ -183,8 +198,13 @@ class Pitfalls:
         """The solution cells (with pitfall ``name`` applied) and the chapter's setup cells, run in notebook
         order, as a learner's namespace."""
         cells = self.solution if name is None else next(p for p in self.patches if p.name == name).apply(self.solution)
-        cells = {**cells, **self.setup}
-        ns: dict = {"__name__": f"__solution_{name or 'ok'}__"}
+        return self.run(cells, f"__solution_{name or 'ok'}__")
+
+    def run(self, solution: dict[str, str], module: str = "__solution_mutant__") -> dict:
+        """``solution`` (grade id -> source of every solution cell) and the chapter's setup cells, run in notebook
+        order after the prelude, as a learner's namespace."""
+        cells = {**solution, **self.setup}
+        ns: dict = {"__name__": module}
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(self.chapter.prelude, "prelude", "exec"), ns)
             for gid in self.order:
@@ -212,7 +232,8 @@ class Pitfalls:
         for p in self.patches:
             value = self.namespace(p.name).get(drill.name)
             if isinstance(value, int | float) and value != self.namespace(None).get(drill.name) and \
-                    math.isclose(got, float(value), rel_tol=max(drill.rel_tol, 1e-9), abs_tol=drill.abs_tol):
+                    (got == float(value) if drill.whole() else
+                     math.isclose(got, float(value), rel_tol=max(drill.rel_tol, 1e-9), abs_tol=drill.abs_tol)):
                 return p.message
         return None
 
@@ -301,7 +322,7 @@ def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict
             wrong.append(drill.name)
             lines.append(f"{e} ({drill.question})")
             continue
-        if math.isclose(got, float(drill.expected()), rel_tol=drill.rel_tol, abs_tol=drill.abs_tol):
+        if drill.accepts(got):
             right += 1
             lines.append(f"{drill.name} = {got:.6g}: right")
             continue
@@ -319,17 +340,41 @@ def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict
 
 
 def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | None = None,
-                    pitfalls: Pitfalls | None = None, cells=None) -> dict[str, Verdict]:
+                    pitfalls: Pitfalls | None = None, cells=None, stop_early: bool = False) -> dict[str, Verdict]:
     """test cell -> Verdict for a learner's ``namespace`` graded in this process (no kernel, no sandbox): the
-    same requests, answers as plain data and judgement as a sandboxed grading (``cells``: only these)."""
+    same requests, answers as plain data and judgement as a sandboxed grading (``cells``: only these).
+
+    ``stop_early``: the verdict alone, as fast as it can be had (mutation testing grades thousands of wrong
+    programs): an exercise's cases are asked for and judged one at a time, up to the first that fails, and no
+    pitfall is named."""
     from servelab_autograder import release
 
+    if stop_early:
+        return {cell: _first_failure(chapter, cell, seed, namespace) for cell in cells or chapter.cells}
     pitfalls = pitfalls or Pitfalls(chapter, root or release.repo_root())
     out = {}
     for cell in cells or chapter.cells:
         reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
         out[cell] = judge(chapter, cell, seed, reply, pitfalls)
     return out
+
+
+def _first_failure(chapter: Chapter, cell: str, seed: int, namespace: dict) -> Verdict:
+    """``cell``'s verdict without a pitfall's name, judging one case at a time up to the first failing one."""
+    graded = chapter.cells[cell]
+    if isinstance(graded, Drills):
+        reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
+        return judge(chapter, cell, seed, reply, None)
+    all_cases = cases(graded, seed)
+    for args in all_cases:
+        req = {"calls": [request_call(s, [plain.encode(list(args))]) for s in _specs(graded)]}
+        try:
+            verdict = _judge_exercise(graded, [args], json.loads(json.dumps(answer(req, namespace)))["calls"], None)
+        except (plain.Malformed, KeyError, TypeError, IndexError) as e:
+            verdict = Verdict(False, f"the kernel's answer could not be read ({type(e).__name__}: {e})")
+        if not verdict.passed:
+            return verdict
+    return Verdict(True, f"{graded.spec.name}: {len(all_cases)} cases agree with the reference")
 
 
 # ------------------------------------------------------------------------------------------------
