@@ -10,6 +10,7 @@ cases and the verdicts are the grader's (``servelab_autograder.checks.ch01``), o
 from __future__ import annotations
 
 import math
+import numbers
 
 from servelab import batching as ref
 from servelab_autograder import common, spec
@@ -20,6 +21,9 @@ _short = spec.SHORT
 
 
 def as_int(x, what: str) -> int:
+    """A count of steps: an int, not a float even when whole (8.0 is what a float division left behind)."""
+    if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and float(x).is_integer():
+        raise Shape(f"{what} is {x!r}, a float; return it as an int, a whole number of steps")
     return common.as_int(x, what, "steps", _short)
 
 
@@ -66,7 +70,20 @@ def show_pmf(pmf) -> str:
 
 
 def _float(raw, args) -> float:
+    """A fraction or a mean: a float, 0.0 included. An int is kept as an int, so it never equals the reference's
+    float (an int says a count, or a // that truncated, was meant)."""
+    if isinstance(raw, numbers.Integral) and not isinstance(raw, bool):
+        return int(raw)
     return as_float(raw, "the result")
+
+
+def _typed_close(rel: float):
+    """Floats within ``rel`` of each other; an int never equals a float (the contract returns a float)."""
+    return lambda a, b: isinstance(a, int) == isinstance(b, int) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def _not_an_int(args, got, want) -> str:
+    return f" It is an int ({got!r}); return a float." if isinstance(got, int) else ""
 
 
 def _fmt(x: float) -> str:
@@ -76,11 +93,13 @@ def _fmt(x: float) -> str:
 SPECS = {s.name: s for s in [
     Spec("simulate_static", ("out_lens", "B"), ref.simulate_static, _norm_total_finish, note=_total_only),
     Spec("simulate_continuous", ("out_lens", "B"), ref.simulate_continuous, _norm_total_finish, note=_total_only),
-    Spec("utilization", ("out_lens", "B", "total_steps"), ref.utilization, _float, _fmt, _close(1e-9)),
+    Spec("utilization", ("out_lens", "B", "total_steps"), ref.utilization, _float, _fmt, _typed_close(1e-9),
+         note=_not_an_int, alike=_close(1e-9)),
     Spec("lower_bound", ("out_lens", "B"), ref.lower_bound, lambda raw, args: as_int(raw, "the result")),
     Spec("simulate_continuous_arrivals", ("arrivals", "out_lens", "B"), ref.simulate_continuous_arrivals,
          _norm_schedule, lambda s: f"(start={s[0]}, finish={s[1]}, delay={s[2]})"),
-    Spec("expected_max", ("pmf", "B"), ref.expected_max, _float, _fmt, _close(1e-7), {"pmf": show_pmf}),
+    Spec("expected_max", ("pmf", "B"), ref.expected_max, _float, _fmt, _typed_close(1e-7), {"pmf": show_pmf},
+         note=_not_an_int, alike=_close(1e-7)),
 ]}
 
 

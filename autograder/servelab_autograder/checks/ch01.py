@@ -70,6 +70,11 @@ def _pmf(rng: random.Random, n: int) -> list[float]:
     return [w / sum(weights) for w in weights]
 
 
+# more requests than any loop a learner might cap (32, 1024) and than the random cases hold: 1100 of them
+_MANY = random.Random(1100)
+MANY_LENS = [_MANY.randint(1, 40) for _ in range(1100)]
+MANY_ARRIVALS = sorted(_MANY.randint(0, 3000) for _ in range(1100))
+
 BIMODAL_PMF = [0.9 if k == 50 else 0.1 if k == 1000 else 0.0 for k in range(1, 1001)]
 DRILL_1_LENS = [300] + [20] * 30
 # drill 5: the uniform workload of the chapter's "how close to the bound" table
@@ -87,7 +92,8 @@ CHAPTER = Chapter(
                  fixed=lambda: [([20, 200, 50, 30], 2), ([5, 1, 1, 1], 2),
                                 ([9, 1, 1, 8, 2, 2], 3),    # the longest is neither first nor last in its batch
                                 ([1, 2, 3, 4, 5, 6, 7], 3),  # a partial last batch
-                                ([5, 5, 5], 2), ([], 3), ([7], 1), ([3, 1, 2], 5)],  # B > requests
+                                ([5, 5, 5], 2), ([], 3), ([7], 1), ([3, 1, 2], 5),  # B > requests
+                                (MANY_LENS, 5), (MANY_LENS, 40)],  # batches past the 32nd and the 1024th request
                  random=_lens_and_B),
         Exercise(S["simulate_continuous"], "test_simulate_continuous",
                  fixed=lambda: [([20, 200, 50, 30], 2), ([5, 1, 1, 1], 2), ([9, 1, 1, 8, 2, 2], 3),
@@ -109,7 +115,8 @@ CHAPTER = Chapter(
                                 ([0, 100], [5, 5], 1),                 # the engine idles until the next arrival
                                 ([5, 0, 0], [1, 1, 1], 1),             # unsorted arrivals: first come first served
                                 ([3, 3, 0, 3], [2, 9, 4, 1], 2),       # ties keep list order
-                                ([], [], 2)],
+                                ([], [], 2),
+                                (MANY_ARRIVALS, MANY_LENS, 7)],        # past the 1024th request
                  random=_arrivals_random),
         Exercise(S["expected_max"], "test_expected_max",
                  fixed=lambda: [([0.5, 0.5], 2), ([1.0], 1), ([1.0], 4), (ref.constant_pmf(5), 4),
