@@ -499,7 +499,8 @@ def _first_wrong_row(args, got, want) -> str:
 def _norm_traffic(raw, args) -> tuple[int, int]:
     if isinstance(raw, dict) or not isinstance(raw, tuple | list) or len(raw) != 2:
         raise Shape("expected a pair (bytes, flops)")
-    return common.as_int(raw[0], "bytes", "bytes", SHORT), common.as_int(raw[1], "flops", "FLOPs", SHORT)
+    return (common.as_int(raw[0], "bytes", "bytes", SHORT, strict=True),
+            common.as_int(raw[1], "flops", "FLOPs", SHORT, strict=True))
 
 
 def as_float(x, what: str) -> float:

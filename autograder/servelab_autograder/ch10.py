@@ -249,7 +249,8 @@ def _postprocess_note(args, got, want) -> str:
 def _pair(raw, args) -> list[int]:
     if not isinstance(raw, (tuple, list)) or len(raw) != 2:
         raise Shape("return a pair (wasted slots, wasted blocks)")
-    return [common.as_int(x, k, k.split()[1], _short) for x, k in zip(raw, ("wasted slots", "wasted blocks"))]
+    return [common.as_int(x, k, k.split()[1], _short, strict=True)
+            for x, k in zip(raw, ("wasted slots", "wasted blocks"))]
 
 
 def _trace_text(trace) -> str:

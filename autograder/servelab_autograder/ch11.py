@@ -127,11 +127,11 @@ def drive_crossover(fn, model, gpu, context_len, k, alpha, draft, max_batch):
 def _drafts(raw, args) -> list[int]:
     if not isinstance(raw, list | tuple):
         raise Shape(f"expected a list of draft counts, one per sequence, not {_short.repr(raw)}")
-    return [common.as_int(x, f"item {i}", "drafts", _short) for i, x in enumerate(raw)]
+    return [common.as_int(x, f"item {i}", "drafts", _short, strict=True) for i, x in enumerate(raw)]
 
 
 def _float(raw, args) -> float:
-    x = common.as_float(raw, "the result", _short)
+    x = common.as_float(raw, "the result", _short, strict=True)   # tokens per step and speedups are floats
     if math.isnan(x) or math.isinf(x):
         raise Shape(f"the result is {x}; expected a finite number")
     return x
@@ -140,7 +140,8 @@ def _float(raw, args) -> float:
 def _batch_or_none(raw, args) -> int | None:
     if raw is None:
         return None
-    return common.as_int(raw, "the result", "sequences (or None when speculation pays at every batch)", _short)
+    return common.as_int(raw, "the result", "sequences (or None when speculation pays at every batch)", _short,
+                         strict=True)
 
 
 def _block_norm(key: str):

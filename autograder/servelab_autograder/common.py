@@ -38,13 +38,15 @@ class Shape(Exception):
     """The learner's result does not have the promised shape (message in the learner's terms)."""
 
 
-def as_int(x, what: str, unit: str, short: reprlib.Repr) -> int:
-    """``x`` as an int, when it is a whole number (a whole float included) but not a bool; ``what`` names it,
-    ``unit`` says what it counts."""
+def as_int(x, what: str, unit: str, short: reprlib.Repr, strict: bool = False) -> int:
+    """``x`` as an int, when it is a whole number (a whole float included, unless ``strict``: a contract that
+    returns an int) but not a bool; ``what`` names it, ``unit`` says what it counts."""
     if isinstance(x, bool):
         raise Shape(f"{what} is {x!r}, a bool; expected an integer")
     if isinstance(x, numbers.Integral):
         return int(x)
+    if strict and isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
+        raise Shape(f"{what} is {x!r}, a float; return it as an int, a whole number of {unit}")
     if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
         return int(float(x))
     raise Shape(f"{what} is {short.repr(x)}; expected a whole number of {unit}")
@@ -57,10 +59,13 @@ def whole_number(x, what: str, short: reprlib.Repr) -> int:
     return x
 
 
-def as_float(x, what: str, short: reprlib.Repr, finite: bool = False) -> float:
-    """``x`` as a float, when it is a real number but not a bool (and, when ``finite``, neither inf nor nan)."""
+def as_float(x, what: str, short: reprlib.Repr, finite: bool = False, strict: bool = False) -> float:
+    """``x`` as a float, when it is a real number but not a bool (and, when ``finite``, neither inf nor nan; when
+    ``strict``, not an int either: a contract that returns a float)."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise Shape(f"{what} is {short.repr(x)} ({type(x).__name__}); expected a number")
+    if strict and isinstance(x, numbers.Integral):
+        raise Shape(f"{what} is {x!r}, an int; return a float ({float(x)!r})")
     x = float(x)
     if finite and not math.isfinite(x):
         raise Shape(f"{what} is {x}; expected a finite number")

@@ -101,7 +101,8 @@ def _rollback_fixed():
 
 def _append_random(rng: random.Random):
     return [before("random", rng.choice([1, 2, 4, 8, 16]), rng.randint(2, 70), rng.randint(0, 7),
-                   rng.randint(0, 3), rng.randint(0, 3)) for _ in range(60)]
+                   rng.randint(0, 3), rng.randint(0, 3)) for _ in range(60)] + [
+        before("1,100 drafts at block size 1", 1, 5, 1100, others=1)]   # past a loop capped at 32 or 1024 blocks
 
 
 def _rollback_random(rng: random.Random):
@@ -110,7 +111,7 @@ def _rollback_random(rng: random.Random):
         d = rng.randint(0, 7)
         out.append(after("random", rng.choice([1, 2, 4, 8, 16]), rng.randint(2, 70), d, rng.randint(0, d),
                          rng.randint(0, 3), rng.randint(0, 3)))
-    return out
+    return out + [after("1,100 drafts at block size 1, none accepted", 1, 5, 1100, 0, others=1)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -150,11 +151,25 @@ def _cross_fixed():
             case("crossover_batch", LLAMA3_8B, H100_SXM, 128, 4, 0.7, DRAFT_1B),
             case("crossover_batch", LLAMA3_8B, H200, 256, 2, 0.5),
             case("crossover_batch", LLAMA2_7B, H100_SXM, 64, 4, 0.8, max_batch=600),
-            case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.0, max_batch=50)]    # alpha 0: at batch 1
+            case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.0, max_batch=50),   # alpha 0: at batch 1
+            case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 0, 0.7)]                # k = 0: a speedup of exactly 1
+
+
+# A GPU with four times H200's FLOPs: Llama-3-8B stays memory-bound past 1,024 sequences at 64 tokens of context
+GPU_4X_FLOPS = dataclasses.replace(H200, name="H200 with 4x its FLOPs", peak_flops=4 * H200.peak_flops)
+
+
+def _cross_edges():
+    """Crossovers at the edge of max_batch (the first batch that does not pay is max_batch itself, or one past
+    it) and one past 1,024 (a search capped there answers None)."""
+    at = spec_decode.crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7)
+    return [case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.7, max_batch=at),
+            case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.7, max_batch=at - 1),
+            case("crossover_batch", LLAMA3_8B, GPU_4X_FLOPS, 64, 4, 0.9)]
 
 
 def _cross_random(rng: random.Random):
-    out = []
+    out = _cross_edges()
     for _ in range(12):
         out.append(case("crossover_batch", LLAMA3_8B, rng.choice(GPUS), rng.choice([64, 128, 256, 384]),
                         rng.randint(1, 6), round(rng.uniform(0.4, 0.95), 2), rng.choice(DRAFTS), max_batch=500))
