@@ -80,7 +80,12 @@ def new_step(data: dict, seqs: dict) -> Step:
 
 def drive_postprocess(fn, where: str, state: dict, step: dict) -> dict:
     sch, seqs = build(state)
-    finished = fn(sch, new_step(step, seqs))
+    try:
+        finished = fn(sch, new_step(step, seqs))
+    except ValueError:
+        if len(step["tokens"]) == len(step["seqs"]):
+            raise
+        return {"raised": "ValueError"}   # the contract's answer to a step that has not run
     out: dict = {"state": snapshot(sch, seqs)}
     if not isinstance(finished, list) or any(not isinstance(s, Sequence) for s in finished):
         out["problem"] = (f"returned {_short.repr(finished)}; it must return the list of sequences that finished "
@@ -214,6 +219,8 @@ def first_difference(got: dict, want: dict) -> str | None:
 
 
 def _norm(raw, args):
+    if isinstance(raw, dict) and raw.get("raised") == "ValueError":
+        return {"raised": "ValueError"}
     if not isinstance(raw, dict) or "state" not in raw:
         raise Shape(f"the driver returned {_short.repr(raw)}")
     if "problem" in raw:
@@ -240,6 +247,9 @@ def _before_text(state: dict) -> str:
 
 def _postprocess_note(args, got, want) -> str:
     where, state, step = args
+    if "raised" in got or "raised" in want:
+        return ("\nA step that has not run (fewer tokens than sequences) raises ValueError; any other step does "
+                f"not.\nThe step: {_step_text(step)}")
     body = (f"it returned {got['finished']}; the reference returns {want['finished']}"
             if got["finished"] != want["finished"] else first_difference(got["state"], want["state"]))
     return (f"\nFirst difference: {body}\nThe step: {_step_text(step)}\nBefore the call: {_before_text(state)}"
@@ -296,7 +306,7 @@ def _speedup_note(args, got, want) -> str:
 
 SPECS = {s.name: s for s in [
     Spec("postprocess", ("where", "state", "step"), AsyncScheduler.postprocess, _norm,
-         lambda v: f"finished {v.get('finished')}", driver=f"{__name__}:drive_postprocess", note=_postprocess_note,
+         lambda v: "raised ValueError" if "raised" in v else f"finished {v.get('finished')}", driver=f"{__name__}:drive_postprocess", note=_postprocess_note,
          call=lambda a: f"postprocess(step {a[2]['index']}) in {a[0]}"),
     Spec("wasted_work", ("trace", "requests", "eos", "block_size"), ref.wasted_work, _pair,
          lambda v: f"({v[0]} slots, {v[1]} blocks)", note=_wasted_note, show_args={"trace": _trace_text}),

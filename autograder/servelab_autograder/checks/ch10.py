@@ -46,8 +46,14 @@ def random_scenarios(rng: random.Random, n: int) -> list[dict]:
     return out
 
 
+def _not_run() -> list[tuple]:
+    """postprocess on the worked trace's first step before the model ran it (no tokens yet): ValueError."""
+    where, state, step = ch10.cases_of("postprocess", ch10.visible_scenarios()[:1])[0]
+    return [(f"{where}, before the model ran it", state, {**step, "tokens": []})]
+
+
 def _postprocess_random(rng: random.Random) -> list[tuple]:
-    return ch10.cases_of("postprocess", random_scenarios(rng, 12))
+    return [*ch10.cases_of("postprocess", random_scenarios(rng, 12)), *_not_run()]
 
 
 def _wasted_fixed() -> list[tuple]:
@@ -62,6 +68,10 @@ def _wasted_fixed() -> list[tuple]:
         ([[["A", 0, 2, 1]], [["A", 2, 1, 2]]], {"A": [2, False]}, 9, 4),
         # a chunk samples nothing; eos at the end of the prompt; block size 1
         ([[["A", 0, 2, None]], [["A", 2, 1, 9]], [["A", 3, 1, 4]]], {"A": [3, False]}, 9, 1),
+        # a scheduler that did not know max_tokens: a slot after the max_tokens-th token is wasted too (counted
+        # from the first sampled token, not from the chunk that sampled nothing), and it opens block 1
+        ([[["A", 0, 3, 5]], [["A", 3, 1, 6]], [["A", 4, 1, 7]]], {"A": [2, True]}, 9, 4),
+        ([[["A", 0, 2, None]], [["A", 2, 2, 5]], [["A", 4, 1, 6]], [["A", 5, 1, 7]]], {"A": [2, True]}, 9, 4),
     ]
     return [*ch10.cases_of("wasted_work", ch10.visible_scenarios()), *hand]
 
