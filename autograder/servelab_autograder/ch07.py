@@ -106,9 +106,9 @@ def _norm_fields(batch) -> dict:
         if not isinstance(value, dict) or "dtype" not in value:
             raise Shape(f"Batch.{f} is {SHORT.repr(value)}, not a tensor: build it with torch.tensor(..., "
                         "dtype=torch.long)")
-        if not value["dtype"].startswith(("int", "uint")):
+        if value["dtype"] != "int64":   # torch.long, as the model's embedding and index_select take
             raise Shape(f"Batch.{f} is a {value['dtype']} tensor; it holds ids, positions or counts: use "
-                        "dtype=torch.long")
+                        "dtype=torch.long (int64)")
         out[f] = _ints(value["values"], f)
     if type(batch.get("is_prefill")) is not bool:
         raise Shape(f"Batch.is_prefill is {SHORT.repr(batch.get('is_prefill'))}, not True or False")

@@ -42,6 +42,12 @@ DECODE_FIXED = [
 ]
 
 
+# more than any loop a learner might cap (32, 1024) handles: a 1,100-token prompt, a decode step of 1,100 sequences
+_TABLE = random.Random(1100).sample(range(2000), 69)
+MANY = {"prefill": [([_state(1100, _TABLE, 0, 1100)], 16), ([_state(1100, _TABLE, 37, 1063)], 16)],
+        "decode": [([_decode_state(2 + i % 3, [i]) for i in range(1100)], 16)]}
+
+
 def _prefill_fixed():
     return [*PREFILL_FIXED, *(c for cache in ("blocks", "radix") for c in ch07.recorded_cases("prefill", 0, cache))]
 
@@ -74,7 +80,7 @@ def _engine_random(rng: random.Random, kind: str) -> list:
 
 
 def _random(kind: str):
-    return lambda rng: [*_engine_random(rng, kind), *(random_states(rng, kind) for _ in range(100))]
+    return lambda rng: [*_engine_random(rng, kind), *(random_states(rng, kind) for _ in range(100)), *MANY[kind]]
 
 
 def _attention_fixed():
