@@ -83,6 +83,43 @@ def _collisions() -> list[tuple]:
     return out
 
 
+def _lookalike_last_block() -> list[tuple]:
+    """can_allocate where block 0 misses in the hash table while the last block of the pool (blocks[-1]) holds
+    exactly block 0's tokens: a miss is the id -1, which must never be used as an index."""
+    out = []
+    for where, bm, _ in ch02.cases_of("can_allocate", ch02.cache_scenarios())[:3]:
+        bs = bm["block_size"]
+        tokens = [900 + t for t in range(2 * bs + 1)]
+        bm = copy.deepcopy(bm)
+        bm["blocks"][-1][2] = tokens[:bs]
+        out.append((f"{where}, a new prompt whose first block the pool's last block holds unhashed", bm, tokens))
+    return out
+
+
+def many_requests(n: int) -> dict:
+    """``n`` two-token requests at once, each decoding one token: a prefill step and a decode step that each pick
+    all ``n``, past any loop capped at 32 (or 1024) sequences."""
+    return ch02.scenario(f"{n} short requests at once", n + 1, 4, 2 * n,
+                         [(0, [(f"r{i}", [i % 4, 1], 2, True) for i in range(n)])], max_num_seqs=n)
+
+
+def long_shared_prompt(n: int) -> dict:
+    """A's ``n``-token prompt at block size 1, then B with the same prompt and one more token after A finished:
+    B's can_allocate walks ``n`` hit blocks, past any loop capped at 32 (or 1024) blocks."""
+    prompt = [t % 7 for t in range(n)]
+    return ch02.scenario(f"a shared {n}-token prompt at block size 1", 2 * n + 8, 1, n + 4,
+                         [(0, [("A", prompt, 1, True)]), (3, [("B", [*prompt, 9], 1, True)])], max_num_seqs=2,
+                         cache=True)
+
+
+def _many(exercise: str) -> list[tuple]:
+    if exercise == "can_allocate":
+        return ch02.cases_of(exercise, [long_shared_prompt(40), long_shared_prompt(1100)])
+    if exercise == "Scheduler":   # a whole run replays every step: the 1,100-request one is schedule's alone
+        return ch02.cases_of(exercise, [many_requests(40)])
+    return ch02.cases_of(exercise, [many_requests(40), many_requests(1100)])
+
+
 def _rule_random(rng: random.Random) -> list[tuple[int, int]]:
     return [(rng.randint(1, 10**6), rng.choice([1, 2, 3, 4, 16, 256, rng.randint(1, 4096)])) for _ in range(300)]
 
@@ -154,14 +191,16 @@ CHAPTER = Chapter(
     exercises=(
         Exercise(S["needs_new_block"], "test_needs_new_block", fixed=ch02.rule_cases, random=_rule_random),
         Exercise(S["preempt"], "test_preempt", fixed=_fixed("preempt"), random=_random("preempt", 40)),
-        Exercise(S["schedule"], "test_schedule", fixed=_fixed("schedule"), random=_random("schedule", 40)),
+        Exercise(S["schedule"], "test_schedule", fixed=_fixed("schedule"),
+                 random=lambda rng: [*_random("schedule", 40)(rng), *_many("schedule")]),
         Exercise(S["postprocess"], "test_postprocess", fixed=_fixed("postprocess"),
                  random=_random("postprocess", 40)),
         Exercise(S["Scheduler"], "test_lesson_step2",
                  fixed=lambda: ch02.cases_of("Scheduler", ch02.scheduler_scenarios()),
-                 random=_random("Scheduler", 30, caching=(False,))),
-        Exercise(S["can_allocate"], "test_can_allocate", fixed=lambda: [*_fixed("can_allocate")(), *_collisions()],
-                 random=_random("can_allocate", 60, caching=(True,))),
+                 random=lambda rng: [*_random("Scheduler", 30, caching=(False,))(rng), *_many("Scheduler")]),
+        Exercise(S["can_allocate"], "test_can_allocate", fixed=lambda: [*_fixed("can_allocate")(), *_collisions(),
+                                                                        *_lookalike_last_block()],
+                 random=lambda rng: [*_random("can_allocate", 60, caching=(True,))(rng), *_many("can_allocate")]),
     ),
     drills=Drills("test_drills", (
         Drill("drill_1", "total number of tokens prefilled for A, B and C with 6 blocks of 4 (budget 8, prefix "
