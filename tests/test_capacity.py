@@ -16,8 +16,8 @@ KV = 2 * 32 * 8 * 128 * 2          # Llama-3-8B: K and V, 32 layers, 8 KV heads 
 
 
 def test_kv_ceiling_is_the_free_memory_over_a_sequences_kv():
-    free = 0.9 * 80e9 - LLAMA3_8B.weight_bytes
-    assert capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 2048) == int(free // KV) // 2048 == 208
+    free = 0.92 * H100_SXM.memory_bytes - LLAMA3_8B.weight_bytes - costmodel.activation_bytes(LLAMA3_8B)
+    assert capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 2048) == int(free // KV) // 2048 == 228
     assert capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 1) == int(free // KV)
     assert capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 10**6) == 0
     with pytest.raises(ValueError, match="context_len"):
@@ -50,7 +50,7 @@ def test_cudagraph_sizes_follow_vllms_default_grid():
 
 def test_running_ceilings_names_the_lowest():
     c = capacity.running_ceilings(LLAMA3_8B, H100_SXM, 2048)
-    assert (c.binding, c.value, c.compute_ridge) == ("KV cache", 208, math.inf)
+    assert (c.binding, c.value, c.compute_ridge) == ("KV cache", 228, math.inf)
     c = capacity.running_ceilings(LLAMA3_8B, H200, 256)
     assert c.binding == "compute ridge" and c.value == c.compute_ridge < 512
 

@@ -15,6 +15,7 @@ from servelab.costmodel import (
     LLAMA31_8B,
     GPUSpec,
     ModelSpec,
+    activation_bytes,
     cost_from_totals,
     kv_capacity_tokens,
     max_backlog_tokens,
@@ -44,8 +45,10 @@ def test_parameter_counts_match_the_published_sizes():
 
 
 def test_gpu_figures():
-    assert H100_SXM.peak_flops == 989e12 and H100_SXM.hbm_bandwidth == 3.35e12 and H100_SXM.memory_bytes == 80e9
-    assert H200.peak_flops == 989e12 and H200.hbm_bandwidth == 4.8e12 and H200.memory_bytes == 141e9
+    # rates from the datasheets; memory as the boards report it (nvidia-smi's MiB), not the datasheets' 80 / 141 GB
+    assert H100_SXM.peak_flops == 989e12 and H100_SXM.hbm_bandwidth == 3.35e12
+    assert H100_SXM.memory_bytes == 81_559 * 2**20
+    assert H200.peak_flops == 989e12 and H200.hbm_bandwidth == 4.8e12 and H200.memory_bytes == 143_771 * 2**20
     assert H100_SXM.ridge_flops_per_byte == pytest.approx(295.2, abs=0.1)
 
 
@@ -115,9 +118,16 @@ def test_default_overhead_is_added():
 
 
 def test_kv_capacity_from_memory():
-    # (0.9 x 80e9 - 13,476,831,232) / 524,288 = 111,624.5...
-    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM) == 111_624
-    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM, memory_fraction=1.0) == int((80e9 - 13_476_831_232) // 524_288)
+    # activations at the 8,192-token budget: 8192 x (2 x 11008 + 4 x 4096) x 2 B, and 1,024 fp32 rows of 32,000 logits
+    act = 8192 * (2 * 11008 + 4 * 4096) * 2 + 1024 * 32000 * 4
+    assert activation_bytes(LLAMA2_7B) == act
+    # (0.92 x 85,520,809,984 - 13,476,831,232 - act) / 524,288 = 122,913.9...
+    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM) == int((0.92 * 85_520_809_984 - 13_476_831_232 - act) // 524_288)
+    assert kv_capacity_tokens(LLAMA2_7B, H100_SXM, memory_fraction=1.0) == int(
+        (85_520_809_984 - 13_476_831_232 - act) // 524_288)
+    # a smaller token budget reserves less for activations, so more KV fits
+    smaller = kv_capacity_tokens(LLAMA2_7B, H100_SXM, max_num_batched_tokens=2048)
+    assert smaller > kv_capacity_tokens(LLAMA2_7B, H100_SXM)
     with pytest.raises(ValueError, match="leaves no room for KV"):
         kv_capacity_tokens(LLAMA2_7B, dataclasses.replace(H100_SXM, memory_bytes=10e9))
     with pytest.raises(ValueError, match=r"memory_fraction must be in \(0, 1\]"):
@@ -156,8 +166,9 @@ def test_specs_reject_bad_shapes():
 
 
 def test_llama31_8b_is_llama3_8b_with_a_longer_context():
-    same = dataclasses.replace(LLAMA31_8B, name=LLAMA3_8B.name)
+    same = dataclasses.replace(LLAMA31_8B, name=LLAMA3_8B.name, max_position_embeddings=8192)
     assert same == LLAMA3_8B
+    assert (LLAMA3_8B.max_position_embeddings, LLAMA31_8B.max_position_embeddings) == (8192, 131072)
     assert LLAMA31_8B.kv_bytes_per_token == 128 * 1024 and LLAMA31_8B.param_count == 8_030_261_248
 
 

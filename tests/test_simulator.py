@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 
+from servelab import costmodel
 from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec, step_time
 from servelab.engine import fake_model
 from servelab.scheduler import SamplingParams, Scheduler, Sequence
@@ -313,7 +314,7 @@ def test_request_longer_than_the_kv_cache_is_rejected():
     # exactly at capacity is fine: the last token never needs a slot
     simulate(Requests([0.0], [90], [11]), MixedBudget(), TOY, TOY_GPU, kv_capacity_tokens=100)
     with pytest.raises(ValueError, match="no requests to simulate"):
-        simulate(Requests([], [], []), MixedBudget(), TOY, TOY_GPU)
+        simulate(Requests([], [], []), MixedBudget(), TOY, TOY_GPU, kv_capacity_tokens=100)
     with pytest.raises(ValueError, match="kv_capacity_tokens must be an integer >= 1, got 0"):
         simulate(reqs, MixedBudget(), TOY, TOY_GPU, kv_capacity_tokens=0)
     with pytest.raises(ValueError, match="overhead_s must be a number >= 0"):
@@ -322,7 +323,7 @@ def test_request_longer_than_the_kv_cache_is_rejected():
 
 def test_kv_capacity_defaults_to_what_fits_next_to_the_weights():
     res = simulate(Requests([0.0], [10], [2]), MixedBudget(), LLAMA2_7B, H100_SXM)
-    assert res.kv_capacity == 111_624
+    assert res.kv_capacity == costmodel.kv_capacity_tokens(LLAMA2_7B, H100_SXM, 0.92) == 122_913
 
 
 # --------------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ SPECS = {s.name: s for s in [
          lambda n: f"{n} tokens", show_args=_SPEC_ARGS, note=_knee_note, driver=f"{__name__}:drive_model_gpu"),
 ]}
 
-_DEFAULTS = {"kv_ceiling": {"memory_fraction": 0.9}, "fleet_size": {"budget": 8192}}
+_DEFAULTS = {"kv_ceiling": {"memory_fraction": 0.92}, "fleet_size": {"budget": 8192}}
 _PLAIN = spec.model_and_gpu()
 OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
 

@@ -20,7 +20,7 @@ Every function takes `ModelSpec` / `GPUSpec` values; a real kernel reaches a fra
 derated `GPUSpec` (`dataclasses.replace(H100_SXM, peak_flops=0.7 * H100_SXM.peak_flops)`) models.
 
 >>> kv_ceiling(LLAMA3_8B, H100_SXM, 2048), compute_ridge_batch(LLAMA3_8B, H100_SXM, 256)
-(208, 912)
+(228, 912)
 """
 
 from __future__ import annotations
@@ -73,15 +73,17 @@ def _positive(name: str, value, allow_zero: bool = False) -> float:
 # the ceilings on running sequences
 
 
-def kv_ceiling(model: ModelSpec, gpu: GPUSpec, context_len: int, memory_fraction: float = 0.9) -> int:
+def kv_ceiling(model: ModelSpec, gpu: GPUSpec, context_len: int,
+               memory_fraction: float = costmodel.GPU_MEMORY_UTILIZATION) -> int:
     """How many sequences of `context_len` tokens each fit in the KV cache: the cache's tokens
-    (`costmodel.kv_capacity_tokens`: `memory_fraction` of the GPU's memory less the weights) // context_len.
+    (`costmodel.kv_capacity_tokens`: `memory_fraction` of the GPU's memory less the weights and the activation
+    allowance) // context_len.
 
-    Llama-3-8B on an H100: 0.9 x 80 GB - 16.06 GB of weights = 55.94 GB, 426,784 tokens of 128 KiB; at 2048
-    tokens a sequence that is 208, at 256 tokens 1,667.
+    Llama-3-8B on an H100: 0.92 x 85.52 GB - 16.06 GB of weights - 1.26 GB of activations = 61.36 GB, 468,102
+    tokens of 128 KiB; at 2048 tokens a sequence that is 228, at 256 tokens 1,828.
 
     >>> kv_ceiling(LLAMA3_8B, H100_SXM, 2048), kv_ceiling(LLAMA3_8B, H100_SXM, 256)
-    (208, 1667)
+    (228, 1828)
     """
     context_len = _count("context_len", context_len)
     return costmodel.kv_capacity_tokens(model, gpu, memory_fraction) // context_len
@@ -175,7 +177,7 @@ class Ceilings:
 
 def running_ceilings(model: ModelSpec, gpu: GPUSpec, context_len: int, max_num_seqs: int = 1024,
                      max_num_batched_tokens: int = 8192, cudagraph_max: int = 512,
-                     memory_fraction: float = 0.9) -> Ceilings:
+                     memory_fraction: float = costmodel.GPU_MEMORY_UTILIZATION) -> Ceilings:
     """Every ceiling on the number of running sequences at `context_len` tokens each: the scheduler's cap, the KV
     cache, the compute ridge (past it, more sequences add no tokens per second), the token budget (a decode is
     one token of it) and the largest CUDA-graph batch. The defaults are vLLM 0.33.0's for an H100 or H200 behind
@@ -183,7 +185,7 @@ def running_ceilings(model: ModelSpec, gpu: GPUSpec, context_len: int, max_num_s
 
     >>> c = running_ceilings(LLAMA3_8B, H100_SXM, 2048)
     >>> c.binding, c.value
-    ('KV cache', 208)
+    ('KV cache', 228)
     >>> c = running_ceilings(LLAMA3_8B, H100_SXM, 256)
     >>> c.binding, c.value, c.compute_ridge
     ('CUDA graphs', 512, 912)

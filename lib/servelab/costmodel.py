@@ -51,15 +51,19 @@ from functools import cached_property
 import numpy as np
 
 __all__ = [
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_STEP_OVERHEAD_S",
     "GPUSpec",
     "H100_SXM",
+    "GPU_MEMORY_UTILIZATION",
     "H200",
     "LLAMA2_7B",
     "LLAMA31_8B",
     "LLAMA3_8B",
     "ModelSpec",
     "StepCost",
+    "activation_bytes",
     "cost_from_totals",
     "kv_capacity_tokens",
     "max_backlog_tokens",
@@ -110,6 +114,7 @@ class ModelSpec:
     bytes_per_param: float = 2      # bf16 / fp16 weights
     bytes_per_kv_element: float = 2  # bf16 / fp16 KV cache; 1 for an fp8 cache
     tie_word_embeddings: bool = False
+    max_position_embeddings: int | None = None  # the longest context the model takes; None: not stated
 
     def __post_init__(self):
         _check_positive(f"ModelSpec({self.name!r})", num_layers=self.num_layers, hidden_size=self.hidden_size,
@@ -154,14 +159,14 @@ class ModelSpec:
 # untied embeddings), the same shapes as Table 1 of the Llama 2 paper (Touvron et al., 2023).
 # KV per token in fp16: 2 (K and V) x 32 layers x 4096 x 2 bytes = 524,288 B = 512 KiB.
 LLAMA2_7B = ModelSpec("LLaMA-2-7B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, head_dim=128,
-                      intermediate_size=11008, vocab_size=32000)
+                      intermediate_size=11008, vocab_size=32000, max_position_embeddings=4096)
 
 # Source: the published Hugging Face config of meta-llama/Meta-Llama-3-8B (hidden_size 4096,
 # intermediate_size 14336, 32 layers, 32 attention heads, num_key_value_heads 8, vocab_size 128256,
 # untied embeddings). GQA: 8 KV heads serve 32 query heads, so KV per token is a quarter of LLaMA-2-7B's:
 # 2 x 32 x 8 x 128 x 2 bytes = 131,072 B = 128 KiB.
 LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                      intermediate_size=14336, vocab_size=128256)
+                      intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192)
 
 # Source: the published Hugging Face config of meta-llama/Llama-3.1-8B: the same shapes as Llama-3-8B
 # (so the same 8.03B parameters and 128 KiB of KV per token); what changes is the context window,
@@ -169,7 +174,7 @@ LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=3
 # roofline does not see RoPE, so this spec differs from LLAMA3_8B only by name: use it for prompts
 # longer than 8K, which Llama-3-8B was not trained for.
 LLAMA31_8B = ModelSpec("Llama-3.1-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                       intermediate_size=14336, vocab_size=128256)
+                       intermediate_size=14336, vocab_size=128256, max_position_embeddings=131072)
 
 
 @dataclass(frozen=True)
@@ -197,13 +202,19 @@ class GPUSpec:
         return self.peak_flops / self.hbm_bandwidth
 
 
+MiB = 1024 ** 2
+
 # Source: NVIDIA H100 Tensor Core GPU datasheet, SXM column: BF16 Tensor Core 1,979 TFLOPS *with
-# sparsity*, so 989 TFLOPS dense; GPU memory 80 GB HBM3; bandwidth 3.35 TB/s (decimal units throughout).
-H100_SXM = GPUSpec("H100 SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80e9)
+# sparsity*, so 989 TFLOPS dense; bandwidth 3.35 TB/s (decimal units). Memory is what the board reports, not the
+# datasheet's "80 GB": nvidia-smi shows 81,559 MiB total on an "NVIDIA H100 80GB HBM3" (the nvidia-smi table
+# printed in NVIDIA/nccl issue #1264, driver 550.54.15), 85.52e9 bytes; an engine sizes its KV cache from this.
+H100_SXM = GPUSpec("H100 SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=81_559 * MiB)
 
 # Source: NVIDIA H200 Tensor Core GPU datasheet, SXM column: the same GH100 compute as the H100
-# (BF16 1,979 TFLOPS with sparsity, 989 dense); 141 GB HBM3e at 4.8 TB/s.
-H200 = GPUSpec("H200 SXM", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141e9)
+# (BF16 1,979 TFLOPS with sparsity, 989 dense); HBM3e at 4.8 TB/s. Memory: the board's 143,771 MiB (150.76e9
+# bytes) as nvidia-smi reports it, against the datasheet's "141 GB"; no public printout of this figure was found
+# to cite, so treat it as approximate (it moves the KV capacity by well under 1% per 100 MiB).
+H200 = GPUSpec("H200 SXM", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=143_771 * MiB)
 
 
 @dataclass(frozen=True)
@@ -399,21 +410,57 @@ def shared_prefix_decode_traffic(prefix_len: int, suffix_lens, num_q_heads: int,
     return kv_bytes + q_and_out_bytes, flops
 
 
-def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 0.9) -> int:
-    """How many tokens of KV fit next to the weights in `memory_fraction` of the GPU's memory.
+# The share of GPU memory the engine takes, one figure for the whole course: vLLM 0.33.0's default
+# `gpu_memory_utilization` (`CacheConfig` in vllm/config/cache.py).
+GPU_MEMORY_UTILIZATION = 0.92
 
-    The fraction leaves room for activations, the CUDA context and fragmentation; 0.9 is a round figure
-    (vLLM 0.33.0's `gpu_memory_utilization` defaults to 0.92, `CacheConfig` in vllm/config/cache.py).
+# The token budget and the cap on running sequences the activation allowance is sized at: vLLM 0.33.0's
+# defaults for an online server on an H100 or H200 (`max_num_batched_tokens` 8192, `max_num_seqs` 1024;
+# chapter 9 shows where they come from).
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+DEFAULT_MAX_NUM_SEQS = 1024
 
-    >>> kv_capacity_tokens(LLAMA2_7B, H100_SXM)       # (72e9 - 13.48e9) / 512 KiB
-    111624
+
+def activation_bytes(model: ModelSpec, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> float:
+    """The memory an engine keeps free for activations: what its profiling run, a forward pass over a full token
+    budget, peaks at. Modelled as one layer's largest live tensors at the budget T (the MLP's gate and up outputs,
+    2 x intermediate_size, beside the residual stream, its norm, the attention output and the query, about
+    4 x hidden_size, all bf16) plus the fp32 logits of the rows the sampler sees (min(T, max_num_seqs)):
+
+        T x (2 x intermediate_size + 4 x hidden_size) x 2 B  +  min(T, max_num_seqs) x vocab_size x 4 B
+
+    An allowance, not a measurement: a real profile adds the CUDA context, NCCL buffers and the allocator's
+    fragmentation, which `gpu_memory_utilization` < 1 leaves room for.
+
+    >>> round(activation_bytes(LLAMA3_8B) / 1e9, 2)      # 0.74 GB of activations + 0.53 GB of logits
+    1.26
+    """
+    tokens = _one_count("max_num_batched_tokens", max_num_batched_tokens, "tokens")
+    rows = min(tokens, _one_count("max_num_seqs", max_num_seqs, "sequences"))
+    return tokens * (2 * model.intermediate_size + 4 * model.hidden_size) * 2.0 + rows * model.vocab_size * 4.0
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = GPU_MEMORY_UTILIZATION,
+                       max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                       max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
+    """How many tokens of KV fit in `memory_fraction` of the GPU's memory once the weights and the activation
+    allowance (`activation_bytes` at the token budget) are taken out: what an engine's KV cache holds.
+
+    Llama-3-8B on an H100 SXM: 0.92 x 85.52e9 B - 16.06e9 B of weights - 1.26e9 B of activations = 61.36e9 B,
+    468,102 tokens of 128 KiB.
+
+    >>> kv_capacity_tokens(LLAMA3_8B, H100_SXM), kv_capacity_tokens(LLAMA2_7B, H100_SXM)
+    (468102, 122913)
     """
     if not 0 < memory_fraction <= 1:
         raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
-    free = gpu.memory_bytes * memory_fraction - model.weight_bytes
+    reserved = model.weight_bytes + activation_bytes(model, max_num_batched_tokens, max_num_seqs)
+    free = gpu.memory_bytes * memory_fraction - reserved
     if free < model.kv_bytes_per_token:
-        raise ValueError(f"{model.name} ({model.weight_bytes / 1e9:.1f} GB of weights) leaves no room for KV in "
-                         f"{memory_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.0f} GB")
+        raise ValueError(f"{model.name} ({model.weight_bytes / 1e9:.1f} GB of weights and "
+                         f"{reserved / 1e9 - model.weight_bytes / 1e9:.1f} GB of activations) leaves no room for KV "
+                         f"in {memory_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.1f} GB")
     return int(free // model.kv_bytes_per_token)
 
 

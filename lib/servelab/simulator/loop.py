@@ -24,7 +24,8 @@ from servelab.simulator.v1 import V1
 
 
 def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec, *,
-             kv_capacity_tokens: int | None = None, memory_fraction: float = 0.9,
+             kv_capacity_tokens: int | None = None,
+             memory_fraction: float = costmodel.GPU_MEMORY_UTILIZATION,
              overhead_s: float = DEFAULT_STEP_OVERHEAD_S, admission: Admission | None = None,
              preemption: str | Swap = "recompute", async_scheduling: bool = False,
              speculation: Speculation | None = None, clients: Clients | None = None) -> SimResult:
