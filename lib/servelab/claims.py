@@ -1,0 +1,99 @@
+"""The numbers the chapters state, each computed by library code and tied to the step it describes.
+
+A `Claim` is one number a notebook states (in its text or in a cell's output): its value, computed here from the
+library, how the notebook prints it (`fmt`), the notebook cell that states it (its nbformat id), and the serving
+point it describes (`servelab.serving.ServingPoint`), or, for a number that describes no single step (a queueing
+limit, a ratio of two prices), the reason why. tests/test_claims.py recomputes every claim, fails when the cell
+states anything else, and fails when its point cannot run (`servelab.serving.check`).
+
+To register a chapter's numbers: write a function `_chNN() -> list[Claim]` below that computes them with the same
+library calls the notebook makes, and add it to `CHAPTERS` under the chapter's assignment name. A number chosen to
+reproduce a figure from elsewhere is still a claim: its cell must say so in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from servelab import capacity, costmodel
+from servelab.costmodel import H100_SXM, H200, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.serving import ServingPoint
+
+__all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    assignment: str
+    cell: str                        # the nbformat id of the cell whose source or output states it
+    name: str
+    value: float
+    fmt: str                         # how the cell prints it, e.g. "{:,}" or "{:.1f} ms"
+    point: ServingPoint | None
+    why_no_point: str = ""           # when `point` is None: why the number describes no single step
+
+    def __post_init__(self):
+        if self.point is None and not self.why_no_point:
+            raise ValueError(f"claim {self.name!r}: give the serving point it describes, or why it describes none")
+
+    @property
+    def text(self) -> str:
+        return self.fmt.format(self.value)
+
+
+def full_cache(model: ModelSpec, gpu: GPUSpec, max_context: int | None = None, **settings) -> ServingPoint:
+    """A decode step whose sequences hold exactly the KV cache's capacity, each within the model's context: the
+    point a KV-capacity figure describes (one token more and `serving.check` refuses it)."""
+    cap = costmodel.kv_capacity_tokens(model, gpu)
+    longest = max_context or model.max_position_embeddings or cap
+    full, rest = divmod(cap, longest)
+    contexts = (longest - 1,) * full + ((rest - 1,) if rest else ())
+    return ServingPoint(model, gpu, decode_contexts=contexts, **settings)
+
+
+def _ceiling_point(model: ModelSpec, gpu: GPUSpec, context_len: int) -> ServingPoint:
+    """The KV ceiling's batch: as many sequences as fit, each holding `context_len` tokens after this step."""
+    return ServingPoint.decode(model, gpu, capacity.kv_ceiling(model, gpu, context_len), context_len - 1)
+
+
+def _ch01() -> list[Claim]:
+    cap = costmodel.kv_capacity_tokens(LLAMA3_8B, H100_SXM)
+    return [Claim("ch01_continuous_batching", "setup-7", "KV cache of Llama-3-8B on an H100", cap, "{:,}",
+                  full_cache(LLAMA3_8B, H100_SXM))]
+
+
+def _ch02() -> list[Claim]:
+    cap = costmodel.kv_capacity_tokens(LLAMA3_8B, H100_SXM)
+    return [Claim("ch02_nanovllm_scheduler", "c0a1f2e7", "KV budget of Llama-3-8B on an H100", cap, "{:,}",
+                  full_cache(LLAMA3_8B, H100_SXM))]
+
+
+def _ch09() -> list[Claim]:
+    a = "ch09_capacity_and_concurrency"
+    h100, h200 = capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 2048), capacity.kv_ceiling(LLAMA3_8B, H200, 2048)
+    return [
+        Claim(a, "cell-03", "sequences of 2048 tokens in an H100's KV cache", h100, "{} sequences",
+              _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
+        Claim(a, "cell-03", "sequences of 2048 tokens in an H200's KV cache", h200, "({} on an H200)",
+              _ceiling_point(LLAMA3_8B, H200, 2048)),
+        Claim(a, "cell-03", "vLLM's cap over the H100's KV ceiling at 2048", costmodel.DEFAULT_MAX_NUM_SEQS / h100,
+              "{:.1f} times what fits", _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
+        Claim(a, "cell-05", "the KV ceiling at 2048 in the walk-through's table", h100, "| {} |",
+              _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
+        Claim(a, "cell-35", "the KV ceiling at 2K in the interview answer", h100, "{} sequences at 2K",
+              _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
+    ]
+
+
+CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
+    "ch01_continuous_batching": _ch01,
+    "ch02_nanovllm_scheduler": _ch02,
+    "ch09_capacity_and_concurrency": _ch09,
+}
+
+
+def of(assignment: str) -> list[Claim]:
+    """Every registered claim of a chapter ([] for a chapter with none yet)."""
+    fn = CHAPTERS.get(assignment)
+    return fn() if fn else []
