@@ -343,8 +343,10 @@ def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
     assert "drill_2 is True" in drills_message(drill_2=True).message
     assert "FLOPs per byte, not of tokens" in drills_message(drill_6=295).message
     assert "That is the batch on the H100" in drills_message(drill_7=walkthrough_batch).message
-    assert drills_message(drill_2=ns["drill_2"] * 1.04, drill_3=ns["drill_3"] * 0.98, drill_4=ns["drill_4"] * 1.04,
-                          drill_5=ns["drill_5"] * 1.01).passed
+    assert drills_message(drill_2=ns["drill_2"] * 1.04, drill_3=ns["drill_3"] * 0.98,
+                          drill_4=ns["drill_4"] * 1.04).passed
+    # drill_5 is a count of tokens: graded exactly, so one token off is not yet
+    assert not drills_message(drill_5=ns["drill_5"] + 1).passed
 
 
 def test_drills_1_to_4_are_not_the_walkthroughs_printed_answers():
