@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import copy
 import json
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -77,8 +80,29 @@ def max_score(nb) -> float:
 strip_solution_markers = known_wrong_patches.strip_solution_markers
 
 
+_FRESH: dict[tuple[str, str], Path] = {}
+
+
+def fresh_release(assignment: str, root: Path | None = None) -> Path:
+    """The chapter's release notebook as `nbgrader generate_assignment` makes it from solutions/ now, built once per
+    process into a temporary folder (no gradebook). Not course/: a learner, or an instructor trying the course as one,
+    edits the notebooks there, and the stubs must stay the stubs."""
+    root = root or repo_root()
+    key = (str(root), assignment)
+    if key not in _FRESH or not release_notebook(root, assignment, _FRESH[key]).is_file():
+        from servelab_autograder import release
+        dest = Path(tempfile.mkdtemp(prefix=f"servelab-stubs-{assignment}-"))
+        atexit.register(shutil.rmtree, dest, True)
+        failed = release.build_all(root, [assignment], dest)
+        if failed:
+            raise RuntimeError(f"cannot build the release of {assignment}: {failed[assignment]}")
+        _FRESH[key] = dest
+    return release_notebook(root, assignment, _FRESH[key])
+
+
 def load_release(assignment: str, root: Path | None = None):
-    return nbformat.read(release_notebook(root or repo_root(), assignment), as_version=4)
+    """The released notebook, fresh from solutions/ (`fresh_release`)."""
+    return nbformat.read(fresh_release(assignment, root), as_version=4)
 
 
 def load_source(assignment: str, root: Path | None = None):
