@@ -36,7 +36,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from servelab_autograder import grade, procs, release, submissions
+from servelab_autograder import grade, kernel_guard, procs, release, submissions
 
 pytestmark = pytest.mark.autograde
 
@@ -270,6 +270,10 @@ def test_every_submission_has_a_result_file_a_grades_row_and_feedback(graded):
             if not page.is_file() or page.stat().st_size == 0:
                 problems.append(f"{a}/{student}: no feedback page")
     assert not problems, problems
+    # a demo cell (it shows the reference, not run while grading) shows the figures the release keeps
+    page = (out / "feedback" / "solution" / FIRST / f"{FIRST}.html").read_text(encoding="utf-8")
+    assert kernel_guard.DEMO_SHOWN.strip() in page and "data:image/png;base64" in page
+    assert kernel_guard.DEMO_NOTE.strip() not in page
     assert {r["status"] for r in graded["rows"].values()} <= set(grade.STATUSES)
     assert json.loads((graded["subs"] / "expected.json").read_text(encoding="utf-8")) == graded["expected"]
 

@@ -219,3 +219,20 @@ def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
     assert "lesson" not in text and "question 5" not in text
     messages = [p.message for p in PATCHES] + [d.question for d in CHAPTER.drills.drills]
     assert not [m for m in messages if "lesson" in m.lower()]
+
+
+def test_visible_edge_cases_name_the_case_when_the_function_raises():
+    """An answer that raises on an empty list (max([])) fails the visible test with the message make check gives,
+    which names the case and what was expected, not with a bare ValueError traceback."""
+    ns = solution()
+    exec("def lower_bound(out_lens, B):\n    return max(max(out_lens), -(-sum(out_lens) // B))\n", ns)
+    with pytest.raises(AssertionError) as info:
+        exec(NB.source("test_lower_bound"), ns)
+    assert "lower_bound(out_lens=[], B=3)" in str(info.value) and "ValueError" in str(info.value)
+    for cell in ("test_simulate_static", "test_utilization", "test_lower_bound"):
+        assert "_grade.call(" in NB.source(cell), cell
+
+
+def test_the_visible_lower_bound_test_states_cases_not_the_formula():
+    source = NB.source("test_lower_bound")
+    assert "sum(" not in source and "//" not in source and "max(max(" not in source

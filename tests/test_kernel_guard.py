@@ -136,3 +136,18 @@ def test_results_are_written_at_once_and_a_new_run_moves_the_old_ones_aside(tmp_
     assert (moved / "grades.csv").is_file() and (moved / "results" / "ch01_x" / "ada.json").is_file()
     assert not (tmp_path / "grades.csv").exists() and grade.load_results(tmp_path) == {}
     assert grade.move_aside(tmp_path) is None
+
+
+def test_a_feedback_page_shows_each_demo_cells_released_figures():
+    """A demo cell shows the reference, which the sandbox does not have, so it is not run while grading; the
+    feedback page shows what the release keeps for it (a picture, a trace) rather than an empty cell."""
+    from servelab_autograder import release, verdicts
+
+    for a in release.chapters():
+        chapter = verdicts.table(a)
+        shown = kernel_guard.released_outputs(a, set(chapter.demos))
+        assert set(shown) <= set(chapter.demos), a
+    chapter = verdicts.table("ch01_continuous_batching")
+    shown = kernel_guard.released_outputs("ch01_continuous_batching", set(chapter.demos))
+    assert set(shown) == set(chapter.demos)
+    assert any("image/png" in o.get("data", {}) for outputs in shown.values() for o in outputs)

@@ -107,3 +107,12 @@ def diagnose(fn, *args, name: str | None = None) -> str:
     """What is wrong with ``fn(*args)`` in the learner's terms (a visible assert's message), or a note that this
     input is handled correctly. Never raises."""
     return spec.diagnose(SPECS, spec.atlas(ASSIGNMENT), fn, args, name)
+
+
+def call(fn, *args):
+    """``fn(*args)`` for a visible assert on an edge case: when it raises (``max([])`` on an empty list), the assert
+    fails with the message ``diagnose`` gives, which names the case, as ``make check`` does, not a bare traceback."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - the learner's exception is what the message reports
+        raise AssertionError(diagnose(fn, *args)) from None

@@ -58,6 +58,8 @@ KERNEL_LOG_BYTES = 64 * 1024   # of the kernel's own stderr (not its cells' outp
 ZMQ_GC_START = '__import__("zmq.utils.garbage").utils.garbage.gc.start()'
 DEMO_NOTE = ("(not run while grading: this cell shows the reference, which the grading sandbox does not have; "
              "it runs as usual in your own notebook)\n")
+DEMO_SHOWN = ("(as released, not run while grading: this cell shows the reference, which the grading sandbox does "
+              "not have)\n")
 TRUNCATED = "[output truncated at {} bytes: the grader keeps at most {} per cell and {} per notebook]"
 
 
@@ -202,6 +204,21 @@ def _size(obj) -> int:
     return 8
 
 
+def released_outputs(assignment: str, demos: set[str]) -> dict[str, list]:
+    """grade_id -> the outputs the release keeps for each demo cell (its pictures and traces, made from the reference
+    when the chapter was released): a feedback page shows them instead of an empty cell. Read on the grader's side
+    from the release in the repository; {} where there is none."""
+    from servelab_autograder import release
+
+    path = release.release_notebook(release.repo_root(), assignment)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return {}
+    return {gid: list(cell.outputs) for cell in nb.cells
+            if cell.cell_type == "code" and (gid := _grade_id(cell)) in demos and cell.get("outputs")}
+
+
 class GuardedExecute(Execute):
     __doc__ = __doc__
 
@@ -225,12 +242,14 @@ class GuardedExecute(Execute):
         self._probing = False
         self.chapter = self.pitfalls = None
         self.seed = 0
+        self.released: dict[str, list] = {}
         if self.plan is not None and self.plan.get("verdicts"):
             from servelab_autograder import release, verdicts
 
             self.chapter = verdicts.table(self.plan["verdicts"]["assignment"])
             self.seed = int(self.plan["verdicts"]["seed"])
             self.pitfalls = verdicts.Pitfalls(self.chapter, release.repo_root())
+            self.released = released_outputs(self.chapter.assignment, set(self.chapter.demos))
 
     # --- one cell ---------------------------------------------------------------------------------
     def preprocess_cell(self, cell, resources, index):
@@ -244,7 +263,9 @@ class GuardedExecute(Execute):
             return cell, self.resources
         if self.chapter is not None and gid in self.chapter.demos:
             self._check_assign_resources(resources)
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=DEMO_NOTE)]
+            shown = self.released.get(gid)
+            note = nbformat.v4.new_output("stream", name="stdout", text=DEMO_SHOWN if shown else DEMO_NOTE)
+            cell.outputs = [note, *copy.deepcopy(shown or [])]
             cell.execution_count = None
             record(self.plan, {"index": index, "grade_id": gid, "event": "demo"})
             return cell, self.resources
