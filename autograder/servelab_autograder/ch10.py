@@ -306,7 +306,8 @@ def _speedup_note(args, got, want) -> str:
 
 SPECS = {s.name: s for s in [
     Spec("postprocess", ("where", "state", "step"), AsyncScheduler.postprocess, _norm,
-         lambda v: "raised ValueError" if "raised" in v else f"finished {v.get('finished')}", driver=f"{__name__}:drive_postprocess", note=_postprocess_note,
+         lambda v: "raised ValueError" if "raised" in v else f"finished {v.get('finished')}",
+         driver=f"{__name__}:drive_postprocess", note=_postprocess_note,
          call=lambda a: f"postprocess(step {a[2]['index']}) in {a[0]}"),
     Spec("wasted_work", ("trace", "requests", "eos", "block_size"), ref.wasted_work, _pair,
          lambda v: f"({v[0]} slots, {v[1]} blocks)", note=_wasted_note, show_args={"trace": _trace_text}),
