@@ -123,8 +123,10 @@ hub-autograde: setup sandbox-deps
 # (explained), S survived", each survivor with its id and changed line; exit 1 on a survivor. Not part of `make test`
 # (about 10 minutes on the 2-core machine); tests/test_mutants.py checks the committed equivalent lists instead.
 MUTANT_JOBS ?= 2
+# Every chapter at once also records the report in bench/results.md (scripts/bench_mutants.py).
 mutants: setup
-	$(BIN)/python -m servelab_autograder.mutants $(CH) --jobs $(MUTANT_JOBS)
+	$(if $(CH),$(BIN)/python -m servelab_autograder.mutants $(CH) --jobs $(MUTANT_JOBS),\
+	  $(BIN)/python scripts/bench_mutants.py --write --jobs $(MUTANT_JOBS))
 
 lint: setup
 	$(BIN)/ruff check lib autograder tests scripts hub

@@ -128,3 +128,17 @@ def test_a_count_drill_is_graded_exactly_whatever_its_tolerance():
     assert count.accepts(1199.0) and not count.accepts(1200.0) and count.tolerance() == "exactly"
     share = verdicts.Drill("d", "a share", lambda: 1199.0, rel_tol=0.01)
     assert share.accepts(1200.0) and share.tolerance() == "within 1%"
+
+
+def test_the_bench_section_holds_every_chapters_line_and_the_total():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_mutants", ROOT / "scripts" / "bench_mutants.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = ("[ch01] 3 mutants\nch01: 2 killed, 1 equivalent (explained), 0 survived  (1 s)\n  survived x\n"
+              "total: 2 killed, 1 equivalent (explained), 0 survived  (1 s)\n")
+    text = bench.section(report, 12.0, 2)
+    assert text.startswith(bench.MARK) and "12 s wall" in text
+    assert "ch01: 2 killed, 1 equivalent (explained), 0 survived" in text and "total: 2 killed" in text
+    assert "survived x" not in text
