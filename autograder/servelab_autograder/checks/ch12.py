@@ -24,7 +24,7 @@ from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch12.SPECS
 case = ch12.case
-LOGNORMAL_08 = math.exp(0.8 ** 2) - 1          # a log-normal's cv2 at sigma = 0.8
+LOGNORMAL_08 = math.exp(0.8 ** 2) - 1          # a log-normal's cv2 at sigma = 0.8 (and a prefill time linear in it)
 
 
 def _limit_fixed():
@@ -116,7 +116,8 @@ def _retry_random(rng: random.Random):
 # the drills of "Say it in the interview": every expected value comes from the library
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "highest utilization for a p99 TTFT of 1 s, 150 ms mean prefills, log-normal prompts (sigma 0.8)",
+    Drill("drill_1", "highest utilization for a p99 TTFT of 1 s, 150 ms mean prefills, log-normal prompts (sigma 0.8) "
+          "whose prefill time is proportional to their length",
           lambda: queueing.utilization_limit(1.0, 0.15, LOGNORMAL_08), abs_tol=0.001),
     Drill("drill_2", "seconds to drain after a 60 s spike at 80/s into 40/s, base load 25/s",
           lambda: queueing.drain_time(80, 25, 40, 60), abs_tol=0.05),
