@@ -13,11 +13,14 @@ reproduce a figure from elsewhere is still a claim: its cell must say so in word
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from servelab import capacity, costmodel
-from servelab.costmodel import H100_SXM, H200, LLAMA3_8B, GPUSpec, ModelSpec
+import numpy as np
+
+from servelab import capacity, costmodel, queueing
+from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA3_8B, GPUSpec, ModelSpec
 from servelab.serving import ServingPoint
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
@@ -86,10 +89,41 @@ def _ch09() -> list[Claim]:
     ]
 
 
+def _prefill_s(tokens: int) -> float:
+    return costmodel.step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=int(tokens)).seconds(DEFAULT_STEP_OVERHEAD_S)
+
+
+def _ch12() -> list[Claim]:
+    """The utilization limits of chapter 12's opening: a prefill server whose one-prompt steps take 100 ms (the step
+    is the point), with equal prompts and with log-normal ones, through the prefill times' cv2."""
+    from servelab.simulator import lognormal_lengths
+
+    a = "ch12_queueing_and_overload"
+    prompt = min(range(1024, 16385, 16), key=lambda p: abs(_prefill_s(p) - 0.1))
+    step = ServingPoint(LLAMA3_8B, H100_SXM, prefill_chunks=(prompt,))
+
+    def times_cv2(sigma: float) -> float:
+        lengths = lognormal_lengths(1500, prompt * math.exp(-sigma ** 2 / 2), sigma, seed=2, high=8 * prompt)
+        times = np.array([_prefill_s(x) for x in lengths])
+        return float(times.var() / times.mean() ** 2)
+
+    equal = queueing.utilization_limit(0.8, 0.1, 0.0)
+    s08, s06 = (queueing.utilization_limit(0.8, 0.1, times_cv2(s)) for s in (0.8, 0.6))
+    return [
+        Claim(a, "cell-03", "p99 800 ms over 100 ms prefills, equal prompts", equal * 100, "{:.0f}% utilization", step),
+        Claim(a, "cell-03", "the same, log-normal prompts at sigma 0.8", s08 * 100, "**{:.0f}%**", step),
+        Claim(a, "cell-03", "the same, log-normal prompts at sigma 0.6", s06 * 100, "it is {:.0f}%", step),
+        Claim(a, "cell-05", "the limit at sigma 0.8 in the walkthrough", s08, "{:.3f} at σ = 0.8", step),
+        Claim(a, "cell-29", "the interview answer's equal prompts", equal * 100, "equal prompts allow {:.0f}%", step),
+        Claim(a, "cell-29", "the interview answer's log-normal prompts", s08 * 100, "allow {:.0f}%.", step),
+    ]
+
+
 CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch01_continuous_batching": _ch01,
     "ch02_nanovllm_scheduler": _ch02,
     "ch09_capacity_and_concurrency": _ch09,
+    "ch12_queueing_and_overload": _ch12,
 }
 
 
