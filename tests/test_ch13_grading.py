@@ -18,7 +18,7 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import fairness  # noqa: E402
+from servelab import costmodel, fairness  # noqa: E402
 from servelab.costmodel import GPUSpec, ModelSpec  # noqa: E402
 from servelab_autograder import ch13, verdicts  # noqa: E402
 from servelab_autograder.checks import ch13 as table  # noqa: E402
@@ -102,10 +102,12 @@ def test_the_closed_forms_agree_with_the_step_model():
     for c in verdicts.cases(CHAPTER.cells["test_batch_kv_quota"], 3)[:12]:
         model, gpu = ModelSpec(**c[0]), GPUSpec(**c[1])
         q, target, n_i, c_i, c_b = _ref("batch_kv_quota", c), c[2], c[3], c[4], c[5]
+        left = costmodel.kv_capacity_tokens(model, gpu) - n_i * c_i
         if q:
             n = q // c_b
-            assert fairness.interactive_tpot(model, gpu, n_i, c_i, n, c_b) <= target
-            assert fairness.interactive_tpot(model, gpu, n_i, c_i, n + 1, c_b) > target
+            assert fairness.interactive_tpot(model, gpu, n_i, c_i, n, c_b) <= target and n * c_b <= left
+            # one more misses the target or does not fit beside the interactive sequences
+            assert fairness.interactive_tpot(model, gpu, n_i, c_i, n + 1, c_b) > target or (n + 1) * c_b > left
 
 
 def test_the_drills_name_a_known_wrong_answer():

@@ -74,13 +74,22 @@ def test_token_weights_are_the_capacity_module_prices():
     assert w.decode_s == pytest.approx(step / 128) and w.decode_s > 5 * w.prefill_s
 
 
-def test_the_batch_quota_is_the_most_kv_that_keeps_the_interactive_step_in_time():
+def test_the_batch_quota_is_the_most_kv_that_keeps_the_interactive_step_in_time_and_fits():
+    def step(k, chats=64, chat_ctx=2000, ctx=8000):
+        return costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[chat_ctx] * chats + [ctx] * k)
+
+    cap = costmodel.kv_capacity_tokens(LLAMA3_8B, H100_SXM)
+    # 30 ms beside 64 chats: time for 62 sequences of 8,000, room in the cache for 42: the cache binds
     q = batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 64, 2000, 8000)
     n = q // 8000
-
-    def step(k):
-        return costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[2000] * 64 + [8000] * k)
-    assert q % 8000 == 0 and step(n) <= 0.030 < step(n + 1)
+    assert q % 8000 == 0 and n == (cap - 64 * 2000) // 8000 and step(n + 1) <= 0.030
+    # 15 ms beside 40 chats: time for 9 sequences of 17,000, room for 22: the target binds
+    q = batch_kv_quota(LLAMA3_8B, H100_SXM, 0.015, 40, 2100, 17000)
+    n = q // 17000
+    assert step(n, 40, 2100, 17000) <= 0.015 < step(n + 1, 40, 2100, 17000) and (n + 1) * 17000 + 40 * 2100 <= cap
+    # chats that fill the cache leave the batch class nothing, however loose the target
+    assert batch_kv_quota(LLAMA3_8B, H100_SXM, 10.0, 240, 2000, 8000) == 0
+    q = batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 64, 2000, 8000)
     assert batch_kv_quota(LLAMA3_8B, H100_SXM, 0.004, 64, 2000, 8000) == 0     # the chats alone miss 4 ms
     assert batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 128, 2000, 8000) < q    # more chats leave less room
 

@@ -106,12 +106,17 @@ class VirtualTokenCounter:
 def batch_kv_quota(model: ModelSpec, gpu: GPUSpec, tpot_target_s: float, interactive_decodes: int,
                    interactive_context: int, batch_context: int,
                    overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> int:
-    """Tokens of KV the batch class may hold, as whole sequences of `batch_context` tokens, so that a decode step
-    of every interactive sequence (`interactive_decodes` at `interactive_context`) and every batch sequence still
-    takes at most `tpot_target_s`. 0 when the interactive decodes alone miss the target.
+    """Tokens of KV the batch class may hold, as whole sequences of `batch_context` tokens: the fewer of two counts,
+    the batch sequences whose decode step beside every interactive sequence (`interactive_decodes` at
+    `interactive_context`) still takes at most `tpot_target_s`, and the batch sequences the KV cache
+    (`costmodel.kv_capacity_tokens`) still holds next to the interactive sequences' KV. 0 when the interactive
+    decodes alone miss the target or fill the cache.
 
-    >>> batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 64, 2000, 8000)   # 30 ms TPOT, 64 chats at 2K: 62 x 8000
-    496000
+    A 30 ms target beside 64 chats at 2K leaves time for 62 sequences of 8,000 tokens, but the cache only has
+    468,102 - 128,000 tokens left, 42 of them:
+
+    >>> batch_kv_quota(LLAMA3_8B, H100_SXM, 0.030, 64, 2000, 8000)
+    336000
     """
     if not tpot_target_s > 0:
         raise ValueError(f"tpot_target_s must be > 0, got {tpot_target_s!r}")
@@ -132,7 +137,8 @@ def batch_kv_quota(model: ModelSpec, gpu: GPUSpec, tpot_target_s: float, interac
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo * batch_context
+    left = costmodel.kv_capacity_tokens(model, gpu) - interactive_decodes * interactive_context
+    return min(lo, max(0, left) // batch_context) * batch_context
 
 
 def interactive_tpot(model: ModelSpec, gpu: GPUSpec, interactive_decodes: int, interactive_context: int,

@@ -75,6 +75,8 @@ def _quota_fixed():
             case("batch_kv_quota", M, G, 0.030, 128, 2000, 16000), case("batch_kv_quota", M, G, 0.015, 40, 2100, 18000),
             case("batch_kv_quota", M, G, 0.020, 0, 0, 8000),           # no interactive decodes at all
             case("batch_kv_quota", M, G, 0.0105, 64, 2000, 16000),     # room for no whole document
+            case("batch_kv_quota", M, G, 0.030, 230, 2000, 16000),     # the chats fill the cache: no batch KV
+            case("batch_kv_quota", M, G, 1.0, 0, 0, 8000),             # time for all: the cache alone binds
             case("batch_kv_quota", LLAMA2_7B, H200, 0.050, 8, 1000, 64000)]
 
 
@@ -147,8 +149,8 @@ def _pick_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1 = (96, 1500, 24, 24000)
-D2 = (0.025, 96, 1500, 24000)
+D1 = (96, 1500, 12, 24000)      # 432,000 tokens of KV: within an H100's 468,102
+D2 = (0.020, 96, 1500, 24000)   # the target binds (9 sequences; the cache would hold 13)
 D3_SHARE, D3_CHAT, D3_OUT = 0.9, (500, 300), 300
 D4 = (2000, 32, 4000)
 
