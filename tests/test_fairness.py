@@ -107,9 +107,9 @@ def test_bad_input_is_refused_and_the_examples_hold():
 
 
 def test_interactive_tpot_is_the_step_of_both_classes():
-    both = fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 32, 16000)
+    both = fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 20, 16000)
     alone = fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 64, 2000, 0, 0)
-    step = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[2000] * 64 + [16000] * 32)
+    step = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[2000] * 64 + [16000] * 20)
     assert both == step and both > 2 * alone
     with pytest.raises(ValueError, match="batch_decodes"):
         fairness.interactive_tpot(LLAMA3_8B, H100_SXM, 1, 1, -1, 1)

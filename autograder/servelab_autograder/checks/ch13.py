@@ -49,7 +49,8 @@ def _pitfall(name: str) -> str:
 
 
 def _tpot_fixed():
-    return [case("interactive_tpot", M, G, 64, 2000, 32, 16000), case("interactive_tpot", M, G, 64, 2000, 0, 0),
+    return [case("interactive_tpot", M, G, 64, 2000, 20, 16000),
+            case("interactive_tpot", M, G, 64, 2000, 10, 32000), case("interactive_tpot", M, G, 64, 2000, 0, 0),
             case("interactive_tpot", M, G, 0, 0, 8, 16000), case("interactive_tpot", M, G, 64, 2000, 16, 32000),
             case("interactive_tpot", M, G, 64, 2000, 16, 16000), case("interactive_tpot", M, G, 64, 2000, 8, 16000),
             case("interactive_tpot", LLAMA2_7B, H200, 16, 4000, 4, 4000)]
