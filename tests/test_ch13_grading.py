@@ -111,11 +111,11 @@ def test_the_closed_forms_agree_with_the_step_model():
 
 
 def test_the_drills_name_a_known_wrong_answer():
-    from servelab.costmodel import H100_SXM, LLAMA3_8B
+    from servelab.costmodel import H100_SXM, LLAMA31_8B
 
-    ns = {**solution(), "drill_1": fairness.interactive_tpot(LLAMA3_8B, H100_SXM, *table.D1)}
+    ns = {**solution(), "drill_1": fairness.interactive_tpot(LLAMA31_8B, H100_SXM, *table.D1)}
     assert "milliseconds" in grade(ns, cells=["test_drills"])["test_drills"].message
-    ns = {**solution(), "drill_2": fairness.batch_kv_quota(LLAMA3_8B, H100_SXM, *table.D2) // table.D2[3]}
+    ns = {**solution(), "drill_2": fairness.batch_kv_quota(LLAMA31_8B, H100_SXM, *table.D2) // table.D2[3]}
     assert "the quota is KV tokens" in grade(ns, cells=["test_drills"])["test_drills"].message
 
 

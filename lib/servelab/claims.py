@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab import capacity, costmodel, queueing
-from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
 from servelab.serving import ServingPoint
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
@@ -119,11 +119,33 @@ def _ch12() -> list[Claim]:
     ]
 
 
+def _ch13() -> list[Claim]:
+    """The interference and the KV quota of chapter 13's interview answer, on the steps they describe."""
+    from servelab import fairness
+
+    a = "ch13_fairness_and_priority"
+    chats = (2000,) * 64
+    quota = fairness.batch_kv_quota(LLAMA31_8B, H100_SXM, 0.030, 64, 2000, 16000)
+    alone = fairness.interactive_tpot(LLAMA31_8B, H100_SXM, 64, 2000, 0, 0) * 1e3
+    beside = fairness.interactive_tpot(LLAMA31_8B, H100_SXM, 64, 2000, 20, 16000) * 1e3
+    return [
+        Claim(a, "cell-27", "64 chats at 2K alone, ms a step", alone, "step takes {:.1f} ms",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=chats)),
+        Claim(a, "cell-27", "the same beside 20 documents of 16K", beside, "make it {:.1f} ms",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=chats + (16000,) * 20)),
+        Claim(a, "cell-27", "the batch class's KV quota at 30 ms", quota, "({:,} tokens)",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=chats + (16000,) * (quota // 16000))),
+        Claim(a, "cell-27", "the KV cache the quota is cut from", costmodel.kv_capacity_tokens(LLAMA31_8B, H100_SXM),
+              "holds {:,} tokens", full_cache(LLAMA31_8B, H100_SXM)),
+    ]
+
+
 CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch01_continuous_batching": _ch01,
     "ch02_nanovllm_scheduler": _ch02,
     "ch09_capacity_and_concurrency": _ch09,
     "ch12_queueing_and_overload": _ch12,
+    "ch13_fairness_and_priority": _ch13,
 }
 
 

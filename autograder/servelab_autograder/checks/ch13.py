@@ -22,15 +22,15 @@ from __future__ import annotations
 import random
 
 from servelab import fairness
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
 from servelab.fairness import TokenWeights, token_weights
 from servelab_autograder import ch13, known_wrong, release
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch13.SPECS
 case = ch13.case
-M, G = LLAMA3_8B, H100_SXM
-MODELS, GPUS = (LLAMA3_8B, LLAMA2_7B), (H100_SXM, H200)
+M, G = LLAMA31_8B, H100_SXM
+MODELS, GPUS = (LLAMA31_8B, LLAMA2_7B), (H100_SXM, H200)
 W15 = TokenWeights(prefill_s=15e-6, decode_s=120e-6)
 W18 = TokenWeights(prefill_s=1.0, decode_s=8.0)
 
@@ -185,7 +185,7 @@ DRILLS = Drills("test_drills", (
 CHAPTER = Chapter(
     assignment=ch13.ASSIGNMENT,
     prelude="import math\n\nimport numpy as np\n\nfrom servelab import costmodel, fairness\n"
-            "from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B\n"
+            "from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA31_8B\n"
             "from servelab.fairness import TokenWeights, token_weights\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
     references=tuple(f"servelab.fairness:{n}" for n in (
