@@ -55,6 +55,14 @@ def test_running_ceilings_names_the_lowest():
     assert c.binding == "compute ridge" and c.value == c.compute_ridge < 512
 
 
+def test_the_cuda_graph_batch_is_a_cliff_not_a_ceiling():
+    # at 256 tokens on an H100 the largest captured batch (512) is below the ridge (912), and still not what binds:
+    # a batch of 513 runs, eagerly
+    c = capacity.running_ceilings(LLAMA3_8B, H100_SXM, 256)
+    assert c.cudagraph == 512 < c.compute_ridge == c.value and c.binding == "compute ridge"
+    assert "CUDA graphs" not in c.as_dict()
+
+
 def test_step_line_is_the_memory_bound_step():
     a, b = capacity.step_line(LLAMA3_8B, H100_SXM, 1000)
     for n in (1, 10, 100):

@@ -152,7 +152,11 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, defa
 
 @dataclass(frozen=True)
 class Ceilings:
-    """The limits on running sequences at one context, by name; `binding` is the lowest (ties: the first)."""
+    """The limits on running sequences at one context, by name; `binding` is the lowest (ties: the first).
+
+    `cudagraph` is the largest decode batch captured as a CUDA graph. It is not a ceiling: a bigger batch still
+    runs, eagerly, each kernel launched from Python, so its step pays the launches the graph saved. It is a
+    step-time cliff at that batch, and `as_dict` leaves it out of the ceilings."""
 
     context_len: int
     max_num_seqs: int
@@ -163,7 +167,7 @@ class Ceilings:
 
     def as_dict(self) -> dict[str, int | float]:
         return {"max_num_seqs": self.max_num_seqs, "KV cache": self.kv, "compute ridge": self.compute_ridge,
-                "token budget": self.token_budget, "CUDA graphs": self.cudagraph}
+                "token budget": self.token_budget}
 
     @property
     def binding(self) -> str:
@@ -179,16 +183,17 @@ def running_ceilings(model: ModelSpec, gpu: GPUSpec, context_len: int, max_num_s
                      max_num_batched_tokens: int = 8192, cudagraph_max: int = 512,
                      memory_fraction: float = costmodel.GPU_MEMORY_UTILIZATION) -> Ceilings:
     """Every ceiling on the number of running sequences at `context_len` tokens each: the scheduler's cap, the KV
-    cache, the compute ridge (past it, more sequences add no tokens per second), the token budget (a decode is
-    one token of it) and the largest CUDA-graph batch. The defaults are vLLM 0.33.0's for an H100 or H200 behind
-    its OpenAI server (`EngineArgs.get_batch_defaults`, vllm/engine/arg_utils.py).
+    cache, the compute ridge (past it, more sequences add no tokens per second) and the token budget (a decode is
+    one token of it); beside them the largest CUDA-graph batch, where the step time jumps (see `Ceilings`). The
+    defaults are vLLM 0.33.0's for an H100 or H200 behind its OpenAI server (`EngineArgs.get_batch_defaults`,
+    vllm/engine/arg_utils.py).
 
     >>> c = running_ceilings(LLAMA3_8B, H100_SXM, 2048)
     >>> c.binding, c.value
     ('KV cache', 228)
     >>> c = running_ceilings(LLAMA3_8B, H100_SXM, 256)
-    >>> c.binding, c.value, c.compute_ridge
-    ('CUDA graphs', 512, 912)
+    >>> c.binding, c.value, c.cudagraph
+    ('compute ridge', 912, 512)
     """
     sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, cudagraph_max)
     return Ceilings(context_len=context_len, max_num_seqs=max_num_seqs,

@@ -18,10 +18,11 @@ PREFILL, DECODE = "#d62728", "#1f77b4"
 
 
 def plot_ceilings(contexts: Sequence[int], ceilings: Mapping[str, Sequence[float]], default: int | None = None,
-                  ax=None, title: str | None = None):
+                  ax=None, title: str | None = None, cliff: int | None = None):
     """One line per ceiling (name -> its value at each context; `math.inf` where there is none, not drawn), log
     axes; the lowest at each context shaded below; `default`, if given, a dashed horizontal line (a scheduler's
-    max_num_seqs)."""
+    max_num_seqs); `cliff`, if given, a dotted line that is no ceiling (the largest CUDA-graph batch: bigger
+    batches run, eagerly, with slower steps)."""
     if not contexts or not ceilings:
         raise ValueError("give at least one context and one ceiling")
     for name, values in ceilings.items():
@@ -37,6 +38,8 @@ def plot_ceilings(contexts: Sequence[int], ceilings: Mapping[str, Sequence[float
     ax.fill_between(x, 1, lowest, color="#2ca02c", alpha=0.12, label="sequences that can run")
     if default is not None:
         ax.axhline(default, color="black", ls="--", lw=1, label=f"max_num_seqs = {default:,}")
+    if cliff is not None:
+        ax.axhline(cliff, color="gray", ls=":", lw=1.2, label=f"CUDA graphs up to {cliff:,}: eager, slower steps above")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("tokens of context per sequence")
