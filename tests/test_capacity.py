@@ -131,3 +131,23 @@ def test_the_knee_is_the_first_compute_bound_budget():
 
 def test_the_worked_examples_in_the_docstrings_hold():
     assert doctest.testmod(capacity).failed == 0
+
+
+def test_the_compute_line_is_the_compute_bound_step():
+    o, f = capacity.compute_line(LLAMA3_8B, H100_SXM, 300)
+    for n in (1, 100, 3000):
+        cost = costmodel.step_cost(LLAMA3_8B, H100_SXM, decode_context_lens=[300] * n)
+        assert o + f * n == pytest.approx(cost.compute_s + costmodel.DEFAULT_STEP_OVERHEAD_S)
+
+
+def test_the_steady_state_ends_at_the_first_of_the_cap_the_cache_and_the_two_walls():
+    lim = capacity.steady_state_limits(LLAMA3_8B, H100_SXM, 64, 512)
+    ctx = capacity.mean_context(64, 512)
+    lines = (capacity.step_line(LLAMA3_8B, H100_SXM, ctx), capacity.compute_line(LLAMA3_8B, H100_SXM, ctx))
+    # at the cap's rate the fixed point is exactly the cap; at the cache's, the cache is full
+    assert capacity.resident_at(lim.max_num_seqs, 512, lines) == pytest.approx(1024)
+    assert capacity.resident_at(lim.kv, 512, lines) * ctx == pytest.approx(costmodel.kv_capacity_tokens(LLAMA3_8B,
+                                                                                                       H100_SXM))
+    # the memory line alone diverges later than the compute line: f > b at this context
+    assert lim.max_num_seqs < lim.kv < lim.compute_wall < lim.memory_wall and lim.first == "max_num_seqs"
+    assert capacity.resident_at(lim.compute_wall * 1.001, 512, lines) == math.inf

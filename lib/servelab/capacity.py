@@ -226,6 +226,82 @@ def step_line(model: ModelSpec, gpu: GPUSpec, context_len: float,
     return a, b
 
 
+def compute_line(model: ModelSpec, gpu: GPUSpec, context_len: float,
+                 overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> tuple[float, float]:
+    """(o, f) of a compute-bound decode step's time t(N) = o + f N for N sequences at `context_len` tokens: o is the
+    fixed overhead, f one sequence's FLOPs at peak (its token through every matmul, one LM-head row, attention over
+    its context and itself). A step takes the larger of this line and `step_line`'s.
+
+    Llama-3-8B on an H100 at 2048 tokens: f = (2 x 6.98e9 + 2 x 128256 x 4096 + 4 x 32 x 32 x 128 x 2049) FLOPs /
+    989 TFLOP/s = 16.3 us.
+
+    >>> o, f = compute_line(LLAMA3_8B, H100_SXM, 2048)
+    >>> round(o * 1e3, 2), round(f * 1e6, 1)
+    (0.5, 16.3)
+    """
+    context_len = _positive("context_len", context_len, allow_zero=True)
+    overhead_s = _positive("overhead_s", overhead_s, allow_zero=True)
+    flops = (2.0 * model.matmul_params + 2.0 * model.vocab_size * model.hidden_size
+             + 4.0 * model.num_layers * model.num_heads * model.head_dim * (context_len + 1))
+    return overhead_s, flops / gpu.peak_flops
+
+
+@dataclass(frozen=True)
+class SteadyStateLimits:
+    """The arrival rates (requests/s) at which a decode workload stops having a steady state, by cause; `first`
+    names the smallest. The memory and compute walls are where the fixed point of Little's law diverges on each
+    line (rate L b = 1, rate L f = 1); the cap and the KV ceiling are the rates whose fixed point reaches
+    max_num_seqs sequences, or the sequences whose KV fills the cache: past them requests queue without bound."""
+
+    max_num_seqs: float
+    kv: float
+    memory_wall: float
+    compute_wall: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"max_num_seqs": self.max_num_seqs, "KV cache": self.kv, "memory wall": self.memory_wall,
+                "compute wall": self.compute_wall}
+
+    @property
+    def first(self) -> str:
+        items = self.as_dict()
+        return min(items, key=lambda k: items[k])
+
+
+def resident_at(rate: float, output_len: float, lines: tuple[tuple[float, float], ...]) -> float:
+    """The fixed point N = rate L t(N) when the step time is the larger of several lines t(N) = c + d N (`step_line`,
+    `compute_line`): the largest of each line's own fixed point (rate L c / (1 - rate L d)), `math.inf` past any
+    line's wall."""
+    return max(resident_sequences(rate, output_len, c, d) for c, d in lines)
+
+
+def steady_state_limits(model: ModelSpec, gpu: GPUSpec, prompt_len: int, output_len: int,
+                        max_num_seqs: int = 1024, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> SteadyStateLimits:
+    """Where the steady state of `resident_sequences` ends, with the step time max(a + b N, o + f N) at the workload's
+    mean context: the rate at which the fixed point reaches `max_num_seqs`, the rate at which it fills the KV cache
+    (N sequences at the mean context, `costmodel.kv_capacity_tokens`), the memory wall 1 / (L b) and the compute
+    wall 1 / (L f). The smallest is where requests start to queue for ever.
+
+    Chapter 9's workload, 64-token prompts and 512 output tokens on an H100: the memory line alone says 156
+    requests/s, but the compute line is steeper (f > b at 319 tokens of context) and walls off at 127, the KV cache
+    fills at 121, and the cap of 1,024 sequences is reached first, at 111.
+
+    >>> lim = steady_state_limits(LLAMA3_8B, H100_SXM, 64, 512)
+    >>> lim.first, round(lim.max_num_seqs), round(lim.kv), round(lim.compute_wall), round(lim.memory_wall)
+    ('max_num_seqs', 111, 121, 127, 156)
+    """
+    context = mean_context(prompt_len, output_len)
+    (a, b), (o, f) = step_line(model, gpu, context, overhead_s), compute_line(model, gpu, context, overhead_s)
+    L = _positive("output_len", output_len)
+
+    def rate_for(n: float) -> float:          # the rate whose fixed point is n residents: n = rate L t(n)
+        return n / (L * max(a + b * n, o + f * n))
+
+    kv_seqs = costmodel.kv_capacity_tokens(model, gpu) / context
+    return SteadyStateLimits(max_num_seqs=rate_for(_count("max_num_seqs", max_num_seqs)), kv=rate_for(kv_seqs),
+                             memory_wall=1 / (L * b), compute_wall=1 / (L * f))
+
+
 def mean_context(prompt_len: int, output_len: int) -> float:
     """The context a resident sequence's step reads, on average over the `output_len` steps it runs: its first
     step prefills the prompt (writing `prompt_len` tokens of KV, reading none), the k-th after it reads

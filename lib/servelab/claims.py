@@ -86,7 +86,20 @@ def _ch09() -> list[Claim]:
               _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
         Claim(a, "cell-35", "the KV ceiling at 2K in the interview answer", h100, "{} sequences at 2K",
               _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
+        *_ch09_steady_state(a),
     ]
+
+
+def _ch09_steady_state(a: str) -> list[Claim]:
+    """Where Little's law stops having a steady state for 64-token prompts and 512 output tokens; the point is the
+    step at the cap, 1,024 sequences at the mean context."""
+    lim = capacity.steady_state_limits(LLAMA3_8B, H100_SXM, 64, 512)
+    at_cap = ServingPoint.decode(LLAMA3_8B, H100_SXM, 1024, round(capacity.mean_context(64, 512)))
+    return [Claim(a, "cell-13", "the memory line's wall", lim.memory_wall, "wall, {:.0f} requests a second", at_cap),
+            Claim(a, "cell-13", "the compute line's wall", lim.compute_wall, "at {:.0f} requests a second", at_cap),
+            Claim(a, "cell-13", "the rate that fills the KV cache", lim.kv, "fills the KV cache at {:.0f}", at_cap),
+            Claim(a, "cell-13", "the rate that reaches the cap", lim.max_num_seqs, "**{:.0f} requests a second**",
+                  at_cap)]
 
 
 def _prefill_s(tokens: int) -> float:

@@ -52,10 +52,11 @@ def plot_ceilings(contexts: Sequence[int], ceilings: Mapping[str, Sequence[float
 
 def plot_resident(rates: Sequence[float], fixed_point: Sequence[float], naive: Sequence[float],
                   simulated: Mapping[float, float] | None = None, wall: float | None = None, ax=None,
-                  title: str | None = None):
+                  title: str | None = None, limits: Mapping[str, float] | None = None):
     """Resident sequences against the arrival rate: the fixed point (a line, cut where it is infinite), the
-    naive batch-1 answer (dashed), the simulator's time-weighted means (dots: rate -> mean, where given) and the
-    rate where the fixed point diverges (a vertical line, where given)."""
+    naive batch-1 answer (dashed), the simulator's time-weighted means (dots: rate -> mean, where given), the
+    rate where the fixed point diverges (a vertical line, where given) and, where given, each rate at which the
+    steady state ends by cause (`limits`: name -> rate, dotted vertical lines)."""
     if not (len(rates) == len(fixed_point) == len(naive)) or len(rates) == 0:
         raise ValueError("rates, fixed_point and naive must be as long as each other, and not empty")
     fig, ax = plt.subplots(figsize=(7, 4), layout="constrained") if ax is None else (ax.figure, ax)
@@ -68,6 +69,8 @@ def plot_resident(rates: Sequence[float], fixed_point: Sequence[float], naive: S
                 label="simulator (time-weighted mean)")
     if wall is not None:
         ax.axvline(wall, color="#d62728", lw=1, label=f"no fixed point past {wall:.0f} requests/s")
+    for (name, rate), color in zip((limits or {}).items(), ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b")):
+        ax.axvline(rate, color=color, ls=":", lw=1.4, label=f"{name}: {rate:.0f} requests/s")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("running sequences")
     ax.set_ylim(bottom=0)
