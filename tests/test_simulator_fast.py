@@ -3,6 +3,7 @@ bit, and is taken only where it applies; costmodel.roofline_s is cost_from_total
 
 import dataclasses
 import random
+import zlib
 
 import numpy as np
 import pytest
@@ -66,7 +67,8 @@ def _random_case(rng: random.Random):
 
 @pytest.mark.parametrize("model,gpu", [(LLAMA3_8B, H100_SXM), (LLAMA2_7B, H200), (TOY, TOY_GPU)])
 def test_the_fast_form_is_the_step_loop_bit_for_bit(model, gpu):
-    rng, preemptions = random.Random(hash(model.name) % 1000), 0
+    # a seed fixed per model (str hashes differ from run to run): some of its draws must be tight enough to preempt
+    rng, preemptions = random.Random(zlib.crc32(model.name.encode()) % 1000), 0
     for _ in range(25):
         requests, policy, kwargs = _random_case(rng)
         if model is TOY:
