@@ -126,6 +126,12 @@ def snapshot(cache) -> dict:
                      _int(getattr(node, "hit_count", None)),
                      [[_child_key(k), index[id(c)]] for k, c in children if id(c) in index],
                      -1 if parent is None else index.get(id(parent), -2)])
+    for node in order[1:]:   # the contract's TreeNode holds tuples; a list stored there is the caller's to change
+        kinds = [type(getattr(node, f, ())) for f in ("key", "value")]
+        if broken is None and any(k is not tuple for k in kinds):
+            field, kind = next((f, k) for f, k in zip(("key", "value"), kinds) if k is not tuple)
+            broken = (f"a node's {field} is a {kind.__name__}: TreeNode.key and .value are tuples, so store "
+                      f"tuple({field}) (the edge {_show(_ints(getattr(node, 'key', ())))})")
     try:
         leaves = sorted(index.get(id(n), -1) for n in cache.evictable_leaves)
     except TypeError:
@@ -791,6 +797,8 @@ def record(work: dict) -> dict:
         rec = _Recorder(work["label"])
         cache = _recording_class(rec)(page_size=work["page_size"], eviction_policy=work["policy"],
                                       token_to_kv_pool_allocator=Allocator())
+        if "start" in work:
+            set_tree(cache, work["start"])
 
         def before(k, _):
             rec.where = f"operation {k} of '{work['label']}'"
@@ -870,6 +878,28 @@ def chapter_workloads() -> list[dict]:
             ("insert", [1, 2, 3, 4]), ("bad_insert", [1, 2, 3]), ("bad_insert", [5, 6]),
             ("bad_unlock", [1, 2, 3, 4]), ("bad_evict", 1), ("match", [1, 2])]),
     ]
+
+
+def deep_workload(depth: int, steps=None) -> dict:
+    """A tree that is one path ``depth`` nodes deep (page_size 1, one token an edge, a last edge of three tokens),
+    then ``steps(key)`` of the path's whole key (by default a match through all of it, a match that splits its last
+    edge, and an insert that branches off it): a walk longer than any bound a loop might be capped at. Built
+    directly (not by ``depth`` inserts) and recorded from there (``work["start"]``); method cases only, not the
+    whole class's."""
+    cache = RadixCache()
+    node, key = cache.root_node, []
+    for i in range(depth):
+        edge = (i + 1,) if i < depth - 1 else (i + 1, 0, 0)
+        leaf = cache._new_node(key=edge, value=tuple(range(100_000 + len(key), 100_000 + len(key) + len(edge))),
+                               parent=node)
+        node.children[edge[0]] = leaf
+        key, node = key + list(edge), leaf
+    cache.evictable_size_ = len(key)
+    cache._update_leaf_status(node)
+    steps = steps or (lambda k: [("match", k + [7]), ("match", k[:-1]), ("insert", k[:-2] + [5, 5])])
+    work = workload(f"a path {depth} nodes deep", 1, steps(key))
+    work["start"] = snapshot(cache)
+    return work
 
 
 SHARED_PROMPT_SERVE = {"label": "100 requests sharing a 2000-token system prompt",

@@ -23,6 +23,20 @@ ASSIGNMENT = "ch12_queueing_and_overload"
 _short = common.short_repr(12, 120)
 
 
+DEFAULT = "(default)"   # a case's argument left out of the call, so the function's own default is graded too
+
+
+def drive_limit(fn, target_s, service_s, cv2, q):
+    """utilization_limit(target_s, service_s, cv2, q), leaving out cv2 and q where the case says DEFAULT."""
+    kwargs = {k: v for k, v in (("cv2", cv2), ("q", q)) if v != DEFAULT}
+    return fn(target_s, service_s, **kwargs)
+
+
+def _limit_call(a) -> str:
+    kwargs = "".join(f", {k}={v!r}" for k, v in zip(("cv2", "q"), a[2:]) if v != DEFAULT)
+    return f"utilization_limit({a[0]!r}, {a[1]!r}{kwargs})"
+
+
 def drive_retry(fn, attempt, base_s, cap_s, seed):
     """retry_delay(attempt, base_s, cap_s, rng) with rng = random.Random(seed), or None when seed is None."""
     return fn(attempt, base_s, cap_s, None if seed is None else random.Random(seed))
@@ -74,7 +88,8 @@ def _p_ttft(q: float, rho: float, service_s: float, cv2: float) -> float:
 
 
 def _limit_note(args, got, want) -> str:
-    target_s, service_s, cv2, q = args
+    target_s, service_s, cv2, q = (_DEFAULTS["utilization_limit"][k] if v == DEFAULT else v
+                                   for k, v in zip(("target_s", "service_s", "cv2", "q"), args))
     try:
         at = _p_ttft(q, got, service_s, cv2)
     except (ValueError, ZeroDivisionError, OverflowError):
@@ -92,7 +107,7 @@ def _drain_note(args, got, want) -> str:
 
 SPECS = {s.name: s for s in [
     Spec("utilization_limit", ("target_s", "service_s", "cv2", "q"), queueing.utilization_limit, _utilization,
-         lambda x: f"{x:.9f}", _close_limit, note=_limit_note),
+         lambda x: f"{x:.9f}", _close_limit, note=_limit_note, driver=f"{__name__}:drive_limit", call=_limit_call),
     Spec("drain_time", ("spike_rate", "base_rate", "capacity", "spike_s"), queueing.drain_time, _float, _seconds,
          _close, note=_drain_note),
     Spec("dead_requests", ("spike_rate", "base_rate", "capacity", "spike_s", "timeout_s"), queueing.dead_requests,

@@ -44,6 +44,11 @@ def _random(exercise: str, n: int, n_ops: int = 150, most: int | None = None):
     return make
 
 
+def _deep(exercise: str, make, depth: int = 1100):
+    """``make``'s cases, then the ones of a path ``depth`` nodes deep: longer than a walk capped at 32 or 1024."""
+    return lambda rng: make(rng) + ch04.cases_of(exercise, [ch04.deep_workload(depth)])
+
+
 def _fixed(exercise: str):
     return lambda: ch04.cases_of(exercise, ch04.chapter_workloads())
 
@@ -137,8 +142,8 @@ CHAPTER = Chapter(
         Exercise(S["_split_node"], "test_split_node", fixed=_fixed("_split_node"),
                  random=_random("_split_node", 12, most=400)),
         Exercise(S["match_prefix"], "test_match_prefix", fixed=_fixed("match_prefix"),
-                 random=_random("match_prefix", 9, most=400)),
-        Exercise(S["insert"], "test_insert", fixed=_fixed("insert"), random=_random("insert", 9, most=400)),
+                 random=_deep("match_prefix", _random("match_prefix", 9, most=400))),
+        Exercise(S["insert"], "test_insert", fixed=_fixed("insert"), random=_deep("insert", _random("insert", 9, most=400))),
         Exercise(S["RadixCache"], "test_radix_cache", fixed=lambda: ch04.visible_cases("RadixCache"),
                  random=_whole_random),
     ),

@@ -44,6 +44,14 @@ def _random(exercise: str, n: int, n_ops: int = 150, most: int = 400):
     return make
 
 
+def _deep(exercise: str, make, depth: int = 1100):
+    """``make``'s cases, then the ones of a path ``depth`` nodes deep, locked along all of it, split under the lock
+    and evicted whole: walks and evictions longer than a loop capped at 32 or 1024."""
+    def steps(key):
+        return [("lock", key), ("lock", key[:-1]), ("unlock", 0), ("unlock", 0), ("evict", ch04.BIG)]
+    return lambda rng: make(rng) + ch05.cases_of(exercise, [ch04.deep_workload(depth, steps)])
+
+
 def _finish_random(rng: random.Random) -> list[tuple]:
     out = ch05.cases_of("cache_finished_req", ch05.random_request_workloads(rng, 40))
     return out if len(out) <= 400 else rng.sample(out, 400)
@@ -109,10 +117,10 @@ CHAPTER = Chapter(
                 "servelab.radix_cache:RadixCache.evict", "servelab.radix_scheduler:RadixScheduler.cache_finished_req"),
     exercises=(
         Exercise(S["inc_lock_ref"], "test_inc_lock_ref", fixed=lambda: ch05.visible_cases("inc_lock_ref"),
-                 random=_random("inc_lock_ref", 12)),
+                 random=_deep("inc_lock_ref", _random("inc_lock_ref", 12))),
         Exercise(S["dec_lock_ref"], "test_dec_lock_ref", fixed=lambda: ch05.visible_cases("dec_lock_ref"),
-                 random=_random("dec_lock_ref", 12)),
-        Exercise(S["evict"], "test_evict", fixed=lambda: ch05.visible_cases("evict"), random=_random("evict", 12)),
+                 random=_deep("dec_lock_ref", _random("dec_lock_ref", 12))),
+        Exercise(S["evict"], "test_evict", fixed=lambda: ch05.visible_cases("evict"), random=_deep("evict", _random("evict", 12))),
         Exercise(S["cache_finished_req"], "test_cache_finished_req",
                  fixed=lambda: ch05.visible_cases("cache_finished_req"), random=_finish_random),
         Exercise(S["RadixScheduler"], "test_scheduler", fixed=lambda: ch05.visible_cases("RadixScheduler"),

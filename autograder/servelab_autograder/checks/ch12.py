@@ -33,7 +33,11 @@ def _limit_fixed():
             case("utilization_limit", 0.8, 0.1, LOGNORMAL_08),
             case("utilization_limit", 1.0, 0.15, LOGNORMAL_08),        # drill 1
             case("utilization_limit", 0.1, 0.1),                       # the target is one prefill: rho <= 1 - q
-            case("utilization_limit", 2.0, 0.25, 0.43, 0.95), case("utilization_limit", 5.0, 0.1, 3.0, 0.999)]
+            case("utilization_limit", 2.0, 0.25, 0.43, 0.95), case("utilization_limit", 5.0, 0.1, 3.0, 0.999),
+            # cv2 and q left out: the defaults the docstring states (constant service times, p99) are graded too
+            case("utilization_limit", 0.8, 0.1, ch12.DEFAULT, ch12.DEFAULT),
+            case("utilization_limit", 0.8, 0.1, LOGNORMAL_08, ch12.DEFAULT),
+            case("utilization_limit", 0.8, 0.1, ch12.DEFAULT, 0.9)]
 
 
 def _limit_random(rng: random.Random):
