@@ -37,6 +37,7 @@ import torch
 import servelab.kernels  # noqa: F401  (first: it chooses the interpreter before anything is decorated)
 from servelab.kernels import exercises as ex
 from servelab.kernels.launch import interpreted
+from servelab.kernels import frontend
 from servelab.kernels.reference import gather_kv, ref_paged_decode, ref_store_kvcache
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
@@ -48,7 +49,10 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # against the float64 reference, atol = rtol: fp16 rounds the output and P (~5e-4 relative)
 TOL = {"float32": 1e-4, "float16": 3e-3}
 SCORES = {"normal": "random-normal queries", "large": "queries x 40 (scores in the hundreds)",
-          "negative": "every score -1e4 or below"}
+          "negative": "every score -1e4 or below",
+          "huge": "queries x 1e5 (scores past fp16's 65,504: the running max must stay fp32)",
+          "offset": "values + 100, queries x 0.1 (out near 100, l near the length: fp16 sums round or overflow)"}
+_Q_SCALE = {"large": 40.0, "huge": 1e5, "offset": 0.1}
 # the library's tile loops: a kernel that calls one has not written its own
 _LIBRARY_LOOPS = {"attend_tiles", "paged_decode_kernel", "split_kv_decode_kernel", "merge_splits_kernel",
                   "split_partials_kernel", "store_kvcache_kernel", "prefill_attention_kernel"}
@@ -125,12 +129,40 @@ def _device(kernel) -> str:
     return "cpu" if interpreted(kernel) else "cuda"
 
 
+def _compiles_for_gpu(kernel, launcher, *args, **kwargs) -> None:
+    """Raise when an interpreted ``kernel`` would not compile for a GPU with the arguments ``launcher`` gives it
+    (``servelab.kernels.frontend``: the interpreter promotes a loop-carried fp16 to fp32 and reads "-inf" as a
+    float; the compiler refuses both). The launcher runs with the kernel's launch captured, not run."""
+    if not interpreted(kernel):
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches, original = [], InterpretedFunction.__getitem__
+
+    def capture(self, grid):
+        if self is not kernel:
+            return original(self, grid)
+        return lambda *a, **kw: launches.append((a, kw))
+
+    InterpretedFunction.__getitem__ = capture
+    try:
+        launcher(kernel, *args, **kwargs)
+    finally:
+        InterpretedFunction.__getitem__ = original
+    for a, kw in launches[:1]:
+        error = frontend.frontend_error(kernel, a, kw)
+        if error:
+            raise TypeError(f"{kernel.fn.__name__} runs in Triton's interpreter but would not compile for a GPU "
+                            f"(Triton's compiler, sm_90): {error}")
+
+
 def _launch(kernel, watch: _Watch, launcher, *args, **kwargs) -> None:
     """``launcher(kernel, *args)``, quiet (nbgrader counts stderr as a failure); what the kernel raised, not the
-    interpreter's wrapper around it."""
+    interpreter's wrapper around it. First, that the kernel would compile for a GPU."""
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), watch.active():
             warnings.simplefilter("ignore")
+            _compiles_for_gpu(kernel, launcher, *args, **kwargs)
             launcher(kernel, *args, **kwargs)
     except Exception as e:  # noqa: BLE001 - the learner's own exception, unwrapped, goes on up
         while type(e).__name__ == "InterpreterError" and e.__cause__ is not None:
@@ -274,13 +306,16 @@ def _show_store(x) -> str:
 def paged_batch(seq_lens, block_size, num_q_heads, num_kv_heads, head_dim, dtype, scores, seed,
                 device="cpu") -> ex.PagedBatch:
     """The paged batch of a decode case (:func:`servelab.kernels.exercises.make_paged_batch`); ``scores``: "normal",
-    "large" (queries x 40) or "negative" (keys >= 1 and queries <= -1e4 / sqrt(head_dim) in every element, so
-    every score q.k / sqrt(head_dim) is -1e4 or below)."""
+    "large" (queries x 40), "negative" (keys >= 1 and queries <= -1e4 / sqrt(head_dim) in every element, so
+    every score q.k / sqrt(head_dim) is -1e4 or below), "huge" (queries x 1e5) or "offset" (values + 100 and
+    queries x 0.1): see SCORES."""
     if scores not in SCORES:
         raise ValueError(f"scores is one of {list(SCORES)}; got {scores!r}")
     b = ex.make_paged_batch(list(seq_lens), block_size=block_size, num_q_heads=num_q_heads,
                             num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=DTYPES[dtype], seed=seed,
-                            q_scale=40.0 if scores == "large" else 1.0)
+                            q_scale=_Q_SCALE.get(scores, 1.0))
+    if scores == "offset":
+        b.v_cache.add_(100.0)                      # NaN stays NaN
     if scores == "negative":
         b.k_cache.abs_().add_(1.0)                 # NaN stays NaN
         b.q = -(b.q.abs() + 1.0) * (1e4 / math.sqrt(head_dim))

@@ -28,6 +28,7 @@ import functools
 import importlib
 import io
 import json
+import linecache
 import math
 import numbers
 import random
@@ -208,7 +209,11 @@ class Pitfalls:
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(self.chapter.prelude, "prelude", "exec"), ns)
             for gid in self.order:
-                exec(compile(cells[gid], gid, "exec"), ns)
+                # a file name per namespace, its source in linecache: inspect.getsource works on these functions
+                # as it does on a notebook's (Triton reads a kernel's source to compile it)
+                name = f"<{module}>/{gid}"
+                linecache.cache[name] = (len(cells[gid]), None, cells[gid].splitlines(True), name)
+                exec(compile(cells[gid], name, "exec"), ns)
         return ns
 
     def wrong_results(self, spec: Spec, args):

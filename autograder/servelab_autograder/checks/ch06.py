@@ -74,6 +74,8 @@ DECODE = [
     ([16, 17, 1, 40], 16, 4, 1, 64, "float32", "normal", 4),
     ([40, 7], 16, 4, 1, 32, "float32", "large", 5),
     ([40, 5], 4, 4, 2, 16, "float32", "negative", 6),       # a running max that starts at 0 gives 0 / 0
+    ([1100, 3], 16, 2, 1, 16, "float32", "offset", 7),     # past 1,024 keys; out near 100: fp16 l or acc is off
+    ([40, 9], 4, 4, 2, 16, "float32", "huge", 8),           # scores past fp16's 65,504: an fp16 max overflows
 ]
 DRILL_LENS = [10_000] * 24             # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
 DRILL_SHAPE = (64, 8, 128, 2)

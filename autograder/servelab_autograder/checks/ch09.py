@@ -30,6 +30,8 @@ from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch09.SPECS
 case = ch09.case
+# an H100 at a thousandth of its FLOP/s: one decode's compute already outlasts the weights' read
+SLOW_GPU = dataclasses.replace(H100_SXM, name="H100 SXM at 1/1000 of its FLOP/s", peak_flops=H100_SXM.peak_flops / 1000)
 
 FP8_KV = dataclasses.replace(LLAMA3_8B, name="Llama-3-8B, fp8 KV", bytes_per_kv_element=1)
 FP8 = dataclasses.replace(LLAMA3_8B, name="Llama-3-8B, fp8 weights and KV", bytes_per_param=1, bytes_per_kv_element=1)
@@ -79,7 +81,8 @@ def _ridge_fixed():
             case("compute_ridge_batch", LLAMA3_8B, H100_SXM, 0),     # no KV read at all: the weights alone
             case("compute_ridge_batch", LLAMA2_7B, H100_SXM, 64),
             case("compute_ridge_batch", FP8_KV, H200, 512),
-            case("compute_ridge_batch", LLAMA2_7B, H100_SXM, 1024)]   # MHA: no ridge at 1K already
+            case("compute_ridge_batch", LLAMA2_7B, H100_SXM, 1024),   # MHA: no ridge at 1K already
+            case("compute_ridge_batch", LLAMA3_8B, SLOW_GPU, 256)]      # compute-bound from one sequence: 1
 
 
 def _ridge_random(rng: random.Random):
@@ -128,7 +131,11 @@ def _fleet_fixed():
             case("fleet_size", LLAMA3_8B, H100_SXM, 1e9, 1e9, 500, 64, 2048),     # chat-shaped: 1:1
             case("fleet_size", LLAMA3_8B, H200, 20e9, 0.2e9, 12000, 128),          # prompts longer than the budget
             case("fleet_size", LLAMA2_7B, H100_SXM, 2e9, 0.1e9, 1000, 32, 16384),
-            case("fleet_size", LLAMA3_8B, H100_SXM, 1e8, 1e7, 1000, 128)]         # under one GPU: still one
+            case("fleet_size", LLAMA3_8B, H100_SXM, 1e8, 1e7, 1000, 128),         # under one GPU: still one
+            # the budget left out: 8,193-token prompts take two chunks at 8,192 (one at 8,193), 16,384-token ones
+            # two at 8,192 (three at 8,191)
+            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 8193, 128, ch09.DEFAULT),
+            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 16384, 128, ch09.DEFAULT)]
 
 
 def _fleet_random(rng: random.Random):
@@ -148,6 +155,7 @@ def _fleet_random(rng: random.Random):
 
 def _knee_fixed():
     return [case("budget_knee", LLAMA3_8B, H100_SXM, 64, 2048), case("budget_knee", LLAMA3_8B, H100_SXM, 0, 0),
+            case("budget_knee", LLAMA3_8B, H100_SXM, 910, 256),     # the decodes alone just short: one token tips it
             case("budget_knee", LLAMA3_8B, H100_SXM, 128, 2048), case("budget_knee", LLAMA3_8B, H200, 32, 1024),
             case("budget_knee", LLAMA3_8B, H100_SXM, 1024, 16),            # the decodes alone are compute-bound
             case("budget_knee", LLAMA2_7B, H100_DERATED, 16, 4096)]

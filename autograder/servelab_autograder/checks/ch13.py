@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 
-from servelab import fairness
+from servelab import costmodel, fairness
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
 from servelab.fairness import TokenWeights, token_weights
 from servelab_autograder import ch13, known_wrong, release
@@ -71,6 +71,10 @@ def _tpot_random(rng: random.Random):
 # batch_kv_quota
 
 
+def _step(lens) -> float:
+    return costmodel.step_time(M, G, decode_context_lens=lens)
+
+
 def _quota_fixed():
     return [case("batch_kv_quota", M, G, 0.030, 64, 2000, 16000), case("batch_kv_quota", M, G, 0.004, 64, 2000, 16000),
             case("batch_kv_quota", M, G, 0.030, 128, 2000, 16000), case("batch_kv_quota", M, G, 0.015, 40, 2100, 18000),
@@ -78,7 +82,10 @@ def _quota_fixed():
             case("batch_kv_quota", M, G, 0.0105, 64, 2000, 16000),     # room for no whole document
             case("batch_kv_quota", M, G, 0.030, 230, 2000, 16000),     # the chats fill the cache: no batch KV
             case("batch_kv_quota", M, G, 1.0, 0, 0, 8000),             # time for all: the cache alone binds
-            case("batch_kv_quota", LLAMA2_7B, H200, 0.050, 8, 1000, 64000)]
+            case("batch_kv_quota", LLAMA2_7B, H200, 0.050, 8, 1000, 64000),
+            # the target exactly equal to the step time of 10 documents beside the chats: "at most" admits the 10th
+            case("batch_kv_quota", M, G, _step([2000] * 64 + [16000] * 10), 64, 2000, 16000),
+            case("batch_kv_quota", M, G, 1.0, 240, 2000, 1)]   # the chats need more than the cache: no room at all
 
 
 def _quota_random(rng: random.Random):
@@ -130,7 +137,9 @@ def _pick_fixed():
             case("next_tenant", {"A": 3.0, "B": 7.0}, {}, W18, {"A", "B"}, {"A", "B"}),   # nobody stayed
             case("next_tenant", {"A": 60.0, "B": 20.0, "C": 20.0}, {"B": (0, 5)}, W18, {"B", "C"}, set()),
             case("next_tenant", {"docs": 9.0, "chat": 0.001}, {"docs": (2048, 0), "chat": (0, 3)}, W15,
-                 {"docs", "chat"}, set())]
+                 {"docs", "chat"}, set()),
+            case("next_tenant", {"A": 0.0}, {}, W18, {"A", "B"}, set()),   # B has no counter yet: 0, a tie A wins
+            case("next_tenant", {"A": 0.5}, {}, W18, {"A", "B"}, set())]   # ... and B, at 0, is below A's 0.5
 
 
 def _pick_random(rng: random.Random):
