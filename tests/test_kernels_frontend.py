@@ -5,11 +5,11 @@ both. Chapter 06's grading runs this check before it launches a learner's kernel
 
 from __future__ import annotations
 
-import servelab.kernels  # noqa: F401  (first: it chooses the interpreter on a machine without CUDA)
 import torch
 import triton
 import triton.language as tl
 
+import servelab.kernels  # noqa: F401  (first: it chooses the interpreter on a machine without CUDA)
 from servelab.kernels.frontend import frontend_error
 
 

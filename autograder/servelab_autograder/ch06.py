@@ -36,8 +36,8 @@ import torch
 
 import servelab.kernels  # noqa: F401  (first: it chooses the interpreter before anything is decorated)
 from servelab.kernels import exercises as ex
-from servelab.kernels.launch import interpreted
 from servelab.kernels import frontend
+from servelab.kernels.launch import interpreted
 from servelab.kernels.reference import gather_kv, ref_paged_decode, ref_store_kvcache
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
