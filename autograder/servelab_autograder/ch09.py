@@ -36,18 +36,14 @@ def drive_model_gpu(fn, model, gpu, *rest):
     return fn(ModelSpec(**model), GPUSpec(**gpu), *rest)
 
 
-DEFAULT = "(default)"   # a case's argument left out of the call, so the function's own default is graded too
-
-
 def drive_fleet_size(fn, model, gpu, input_tokens, output_tokens, prompt_len, batch, budget):
-    kwargs = {} if budget == DEFAULT else {"budget": budget}
-    return fn(ModelSpec(**model), GPUSpec(**gpu), input_tokens, output_tokens, prompt_len, batch, **kwargs)
+    return fn(ModelSpec(**model), GPUSpec(**gpu), input_tokens, output_tokens, prompt_len, batch,
+              **spec.passed(budget=budget))
 
 
 # the references, called as the exercises are
-def _fleet_reference(model, gpu, input_tokens, output_tokens, prompt_len, batch, budget=8192):
-    budget = 8192 if budget == DEFAULT else budget
-    plan = capacity.fleet_size(model, gpu, input_tokens, output_tokens, prompt_len, batch, budget)
+def _fleet_reference(model, gpu, input_tokens, output_tokens, prompt_len, batch, **budget):
+    plan = capacity.fleet_size(model, gpu, input_tokens, output_tokens, prompt_len, batch, **budget)
     return plan.gpus, plan.prefill_gpu_hours, plan.decode_gpu_hours
 
 
@@ -55,25 +51,19 @@ def _fleet_reference(model, gpu, input_tokens, output_tokens, prompt_len, batch,
 # reading what came back
 
 
-def _whole(raw, what: str, unit: str) -> int:
-    """A count: an int (a float with a whole value is a float where the contract returns an int)."""
-    if isinstance(raw, float):
-        raise Shape(f"{what} is the float {raw!r}; a number of {unit} is an int (int arithmetic, // or math.ceil)")
-    return common.as_int(raw, what, unit, _short)
-
-
 def _sequences(raw, args) -> int:
-    return _whole(raw, "the result", "sequences")
+    return common.as_int(raw, "the result", "sequences", _short, strict=True)
 
 
 def _tokens(raw, args) -> int:
-    return _whole(raw, "the result", "tokens")
+    return common.as_int(raw, "the result", "tokens", _short, strict=True)
 
 
 def _batch_or_inf(raw, args) -> int | float:
     if isinstance(raw, int | float) and not isinstance(raw, bool) and raw == math.inf:
         return math.inf
-    return _whole(raw, "the result", "sequences (or math.inf when no batch is compute-bound)")
+    return common.as_int(raw, "the result", "sequences (or math.inf when no batch is compute-bound)", _short,
+                         strict=True)
 
 
 def _float(raw, args) -> float:
@@ -86,7 +76,7 @@ def _float(raw, args) -> float:
 def _fleet(raw, args) -> tuple[int, float, float]:
     if not isinstance(raw, tuple | list) or len(raw) != 3:
         raise Shape(f"expected a tuple (gpus, prefill_gpu_hours, decode_gpu_hours), not {_short.repr(raw)}")
-    return (_whole(raw[0], "gpus", "GPUs"),
+    return (common.as_int(raw[0], "gpus", "GPUs", _short, strict=True),
             common.as_float(raw[1], "prefill_gpu_hours", _short, finite=True),
             common.as_float(raw[2], "decode_gpu_hours", _short, finite=True))
 

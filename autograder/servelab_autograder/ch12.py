@@ -17,23 +17,19 @@ import random
 
 from servelab import queueing
 from servelab_autograder import common, spec
-from servelab_autograder.spec import Shape, Spec
+from servelab_autograder.spec import DEFAULT, Shape, Spec
 
 ASSIGNMENT = "ch12_queueing_and_overload"
 _short = common.short_repr(12, 120)
 
 
-DEFAULT = "(default)"   # a case's argument left out of the call, so the function's own default is graded too
-
-
 def drive_limit(fn, target_s, service_s, cv2, q):
     """utilization_limit(target_s, service_s, cv2, q), leaving out cv2 and q where the case says DEFAULT."""
-    kwargs = {k: v for k, v in (("cv2", cv2), ("q", q)) if v != DEFAULT}
-    return fn(target_s, service_s, **kwargs)
+    return fn(target_s, service_s, **spec.passed(cv2=cv2, q=q))
 
 
 def _limit_call(a) -> str:
-    kwargs = "".join(f", {k}={v!r}" for k, v in zip(("cv2", "q"), a[2:]) if v != DEFAULT)
+    kwargs = "".join(f", {k}={v!r}" for k, v in spec.passed(cv2=a[2], q=a[3]).items())
     return f"utilization_limit({a[0]!r}, {a[1]!r}{kwargs})"
 
 

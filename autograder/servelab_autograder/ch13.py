@@ -13,6 +13,7 @@ and the verdicts are the grader's (``servelab_autograder.checks.ch13``), outside
 
 from __future__ import annotations
 
+import copy
 import math
 
 from servelab import costmodel, fairness
@@ -41,10 +42,13 @@ def drive_next_tenant(fn, counters, served, weights, backlogged, returning):
     """next_tenant on copies of the inputs, then a check that it left them as they were: the scheduler keeps the
     counters it passed (a function that charges them in place charges every step twice once it stores the
     result)."""
-    c, s, b, r = dict(counters), {t: tuple(x) for t, x in served.items()}, set(backlogged), set(returning)
-    out = fn(c, s, TokenWeights(**weights), b, r)
-    for name, now, was in (("counters", c, counters), ("served", s, {t: tuple(x) for t, x in served.items()}),
-                           ("backlogged", b, set(backlogged)), ("returning", r, set(returning))):
+    given = {"counters": dict(counters), "served": {t: tuple(x) for t, x in served.items()},
+             "backlogged": set(backlogged), "returning": set(returning)}
+    passed = {name: copy.copy(value) for name, value in given.items()}
+    out = fn(passed["counters"], passed["served"], TokenWeights(**weights), passed["backlogged"],
+             passed["returning"])
+    for name, was in given.items():
+        now = passed[name]
         if now != was:
             raise ValueError(f"next_tenant changed its {name} argument (was {was!r}, now {now!r}): return new "
                              f"counters and leave the inputs as they were (new = dict(counters))")
@@ -61,9 +65,7 @@ def _seconds(raw, args) -> float:
 
 
 def _tokens(raw, args) -> int:
-    if isinstance(raw, float):          # a count of tokens: 336000.0 is a float where the contract returns an int
-        raise Shape(f"the result is the float {raw!r}; a count of tokens is an int (use // and int arithmetic)")
-    return common.as_int(raw, "the result", "tokens of KV", _short)
+    return common.as_int(raw, "the result", "tokens of KV", _short, strict=True)
 
 
 def _shares(raw, args) -> dict:

@@ -190,6 +190,14 @@ def model_and_gpu() -> dict:
     return {"model": lambda v: as_fields(v, ModelSpec), "gpu": lambda v: as_fields(v, GPUSpec)}
 
 
+DEFAULT = "(default)"   # a case's argument left out of the call, so the function's own default is graded too
+
+
+def passed(**kwargs) -> dict:
+    """The keyword arguments a driver passes: those a case does not leave out (:data:`DEFAULT`)."""
+    return {k: v for k, v in kwargs.items() if v != DEFAULT}
+
+
 def plain_case(specs: Mapping[str, Spec], name: str, args, kwargs, defaults: Mapping | None = None,
                plain: Mapping | None = None) -> tuple:
     """The plain-data case for the call ``name(*args, **kwargs)`` as a notebook writes it: every parameter of the

@@ -241,9 +241,7 @@ def compute_line(model: ModelSpec, gpu: GPUSpec, context_len: float,
     """
     context_len = _positive("context_len", context_len, allow_zero=True)
     overhead_s = _positive("overhead_s", overhead_s, allow_zero=True)
-    flops = (2.0 * model.matmul_params + 2.0 * model.vocab_size * model.hidden_size
-             + 4.0 * model.num_layers * model.num_heads * model.head_dim * (context_len + 1))
-    return overhead_s, flops / gpu.peak_flops
+    return overhead_s, _decode_cost(model, gpu, 1, context_len).compute_s
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import random
 from servelab import capacity
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 from servelab_autograder import ch09, known_wrong, release
+from servelab_autograder.spec import DEFAULT
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch09.SPECS
@@ -134,8 +135,8 @@ def _fleet_fixed():
             case("fleet_size", LLAMA3_8B, H100_SXM, 1e8, 1e7, 1000, 128),         # under one GPU: still one
             # the budget left out: 8,193-token prompts take two chunks at 8,192 (one at 8,193), 16,384-token ones
             # two at 8,192 (three at 8,191)
-            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 8193, 128, ch09.DEFAULT),
-            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 16384, 128, ch09.DEFAULT)]
+            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 8193, 128, DEFAULT),
+            case("fleet_size", LLAMA3_8B, H100_SXM, 20e9, 0.2e9, 16384, 128, DEFAULT)]
 
 
 def _fleet_random(rng: random.Random):
