@@ -56,10 +56,10 @@ class DecodeTuning:
 
 
 TUNED_DECODE: dict[str, DecodeTuning] = {
-    # Unmeasured until a GPU run: chosen by compile (registers and occupancy), not by timing. 8 warps compile
-    # to 76 registers here (3 programs per SM); 4 warps to 106 registers, 4 per SM: one wave for 512 programs.
+    # Timed on an H200 (bench/kernels_results.md, 2026-12-04): decode 64 x 4K in 259.8 us, 0.99 of copy bandwidth;
+    # the sweep's best (3 stages, 259.2 us) is within run-to-run noise, so the compiled choice stays. 8 warps: 369 us.
     "3.6": DecodeTuning(tile=64, num_warps=4, num_stages=2, programs_per_sm=4,
-                        source="compile_check at sm_90 (paged_decode_kernel: 106 registers, no spills); not timed"),
+                        source="timed by scripts/gpu_check.sh on an H200, 2026-12-04 (106 registers, 4 per SM)"),
     # Unmeasured until a GPU run: compile_check --sweep at sm_90. 64 registers, no spills, 38 KiB of shared
     # memory for both decode kernels (4 warps: 95-96 registers, 5 per SM, but half the loads in flight per SM).
     "3.9": DecodeTuning(tile=64, num_warps=8, num_stages=2, programs_per_sm=4,
