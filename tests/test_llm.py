@@ -257,6 +257,21 @@ def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
     assert (config.num_layers, config.hidden_size, config.num_kv_heads, config.vocab_size) == (32, 4096, 8, 128256)
 
 
+def test_the_gpu_profile_script_measures_nothing_without_a_gpu(capsys):
+    """scripts/gpu_engine_profile.py imports here and, with no CUDA device, says so instead of measuring."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_engine_profile.py"
+    spec = importlib.util.spec_from_file_location("gpu_engine_profile", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the script would measure (run it by hand)")
+    assert script.main() == 0
+    assert capsys.readouterr().out == "no CUDA device: nothing measured\n"
+
+
 def test_asynchronous_scheduling_generates_what_each_request_generates_alone(tiny, seed=0):
     """Step n+1 scheduled before step n's tokens exist (servelab.async_scheduler): batched == alone still."""
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
