@@ -267,9 +267,15 @@ def _graded(source: str, cell: str) -> verdicts.Verdict:
 def test_results_are_converted_not_trusted():
     base = solution()
     ns = {**base, "max_backlog": lambda *a: np.int64(base["max_backlog"](*a)),
-          "max_chunk": lambda *a, **k: float(base["max_chunk"](*a, **k)),
+          "max_chunk": lambda *a, **k: np.int64(base["max_chunk"](*a, **k)),
           "kv_bytes_per_token": lambda m: np.float64(base["kv_bytes_per_token"](m))}
     assert failing(ns, cells=["test_max_backlog", "test_max_chunk", "test_kv_bytes_per_token"]) == {}
+    # the two contracts that return an int say so: a whole float is a type error, named as one
+    ns = {**base, "max_backlog": lambda *a: float(base["max_backlog"](*a)),
+          "max_chunk": lambda *a, **k: float(base["max_chunk"](*a, **k))}
+    got = failing(ns, cells=["test_max_backlog", "test_max_chunk"])
+    assert "the result is 64000.0, a float; return it as an int" in got["test_max_backlog"]
+    assert "the result is 1980.0, a float; return it as an int" in got["test_max_chunk"]
     ns = {**base, "max_chunk": lambda *a, **k: str(base["max_chunk"](*a, **k))}
     assert "returned '1980': the result is '1980'; expected a whole number of tokens" in failing(
         ns, cells=["test_max_chunk"])["test_max_chunk"]

@@ -273,3 +273,17 @@ def test_a_shared_prefix_read_once_saves_bytes_not_flops():
 def test_shared_prefix_decode_traffic_rejects_bad_parameters(args, message):
     with pytest.raises(ValueError, match=message):
         shared_prefix_decode_traffic(*args)
+
+
+def test_step_cost_counts_pairs_exactly_past_int64():
+    """A chunk of 5e9 tokens has c * (c + 1) / 2 = 1.25e19 causal pairs, past int64: the count is exact, so
+    step_time agrees with max_prefill_chunk's own pricing out there (a search without a cap goes that far)."""
+    c, p = 5_000_000_000, 3_000_000_000
+    cost = step_cost(LLAMA2_7B, H100_SXM, prefill_tokens=[c], prefill_context=[p])
+    pairs = c * p + c * (c + 1) // 2
+    assert pairs > 2**63
+    want = cost_from_totals(LLAMA2_7B, H100_SXM, num_tokens=c, num_seqs=1, attention_pairs=pairs, kv_read_tokens=p)
+    assert cost.attention_flops == want.attention_flops > 0
+    assert cost.seconds(0.0) == want.seconds(0.0)
+    target = step_time(LLAMA2_7B, H100_SXM, prefill_tokens=c, overhead_s=0.0)
+    assert max_prefill_chunk(LLAMA2_7B, H100_SXM, target, overhead_s=0.0) == c

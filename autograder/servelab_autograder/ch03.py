@@ -88,7 +88,8 @@ def drive_step_time(fn, model, gpu, chunks, decodes, overhead_s):
 
 
 def drive_max_chunk(fn, model, gpu, tpot_target_s, decodes, prefix, overhead_s):
-    return fn(ModelSpec(**model), GPUSpec(**gpu), tpot_target_s, list(decodes), prefix=prefix, overhead_s=overhead_s)
+    return fn(ModelSpec(**model), GPUSpec(**gpu), tpot_target_s, list(decodes), overhead_s=overhead_s,
+              **spec.passed(prefix=prefix))
 
 
 def drive_schedule(fn, policy, state):
@@ -154,12 +155,18 @@ def _norm_v1(raw, args) -> tuple:
     return ("steps", tuple(steps))
 
 
+def _some(items, sep: str = ", ", k: int = 8) -> str:
+    """The first k items joined, and how many more: a step of a thousand requests stays one readable line."""
+    items = list(items)
+    return sep.join(map(str, items[:k])) + (f"{sep}... ({len(items) - k} more)" if len(items) > k else "")
+
+
 def _v1_step_text(st) -> str:
     scheduled, new, resumed, preempted, hits, finished, free = st
-    text = " ".join(f"{r}:{n}" for r, n in scheduled) or "nothing"
-    extra = [f"{label} {', '.join(ids)}" for label, ids in (("admitted", new), ("resumed", resumed),
-                                                           ("preempted", preempted)) if ids]
-    extra += [f"hit {', '.join(f'{r}:{n}' for r, n in hits if n)}"] if any(n for _, n in hits) else []
+    text = _some((f"{r}:{n}" for r, n in scheduled), " ") or "nothing"
+    extra = [f"{label} {_some(ids)}" for label, ids in (("admitted", new), ("resumed", resumed),
+                                                        ("preempted", preempted)) if ids]
+    extra += [f"hit {_some(f'{r}:{n}' for r, n in hits if n)}"] if any(n for _, n in hits) else []
     return text + (f" ({'; '.join(extra)})" if extra else "") + f", {free} free blocks"
 
 
@@ -236,7 +243,8 @@ def _step_reference(model, gpu, chunks, decodes, overhead_s) -> float:
     return costmodel.step_time(model, gpu, [c for c, _ in chunks], decodes, [p for _, p in chunks], overhead_s)
 
 
-def _chunk_reference(model, gpu, tpot_target_s, decodes, prefix, overhead_s) -> int:
+def _chunk_reference(model, gpu, tpot_target_s, decodes, prefix=0, overhead_s=OVERHEAD_S) -> int:
+    # prefix=0: the contract's default, which a case may leave out (spec.DEFAULT) to grade the learner's own
     return costmodel.max_prefill_chunk(model, gpu, tpot_target_s, decodes, prefix, overhead_s)
 
 
@@ -249,12 +257,14 @@ def _number(raw, args) -> float:
 
 
 def _tokens(raw, args) -> int:
-    return common.as_int(raw, "the result", "tokens", _short)
+    return common.as_int(raw, "the result", "tokens", _short, strict=True)
 
 
 def _backlog(raw, args) -> int | float:
     x = _number(raw, args)
-    return int(x) if x.is_integer() else x     # a whole float is fine; anything else is a wrong number
+    if not x.is_integer():
+        return x           # a wrong number (a fraction of a step counted), graded and diagnosed as one
+    return common.as_int(raw, "the result", "tokens", _short, strict=True)   # the contract returns an int
 
 
 def _int_list(x, what: str) -> list[int]:
@@ -319,14 +329,14 @@ def _state_text(s: dict) -> str:
         kind = "decoding" if s["reserved"][i] < s["seq_len"][i] else f"prefill {s['computed'][i]}/{s['seq_len'][i]}"
         return f"{i} ({kind}, {s['reserved'][i]} KV)"
 
-    waiting = ", ".join(f"{i} ({s['seq_len'][i] - s['computed'][i]} tokens)" for i in s["waiting"])
-    return f"running [{', '.join(seq(i) for i in s['running'])}], waiting [{waiting}], kv_free {s['kv_free']}"
+    waiting = _some(f"{i} ({s['seq_len'][i] - s['computed'][i]} tokens)" for i in s["waiting"])
+    return f"running [{_some(seq(i) for i in s['running'])}], waiting [{waiting}], kv_free {s['kv_free']}"
 
 
 def _show_schedule(result) -> str:
     batch, s = result
-    step = " ".join(f"{i}:{t}" for i, t in batch) + f" ({sum(t for _, t in batch)} tokens)" if batch else "nothing"
-    return (f"{step}, leaving running {s['running']}, waiting {s['waiting']}, kv_free {s['kv_free']}"
+    step = _some((f"{i}:{t}" for i, t in batch), " ") + f" ({sum(t for _, t in batch)} tokens)" if batch else "nothing"
+    return (f"{step}, leaving running [{_some(s['running'])}], waiting [{_some(s['waiting'])}], kv_free {s['kv_free']}"
             + (", preempted this step" if s["preempted_this_step"] else ""))
 
 
@@ -339,13 +349,16 @@ def _schedule_call(args) -> str:
 def _schedule_note(args, got, want) -> str:
     (_, mine), (_, ref) = got, want
     lines = ["the batch is right but the state afterwards differs"] if got[0] == want[0] else []
-    lines += [f"state.{k}: yours {mine[k]}, the reference's {ref[k]}" for k in ("running", "waiting", "kv_free",
-                                                                                 "preempted_this_step")
-              if mine[k] != ref[k]]
+    shown = {k: f"[{_some(v)}]" if isinstance(v, list) else v for k, v in mine.items()}
+    lines += [f"state.{k}: yours {shown[k]}, the reference's "
+              f"{f'[{_some(ref[k])}]' if isinstance(ref[k], list) else ref[k]}"
+              for k in ("running", "waiting", "kv_free", "preempted_this_step") if mine[k] != ref[k]]
+    requests = []
     for i in range(len(ref["seq_len"])):
         diffs = [f"{k} {mine[k][i]} (reference {ref[k][i]})" for k in (*_COUNTERS, "admitted")
                  if i < len(mine[k]) and mine[k][i] != ref[k][i]]
-        lines += [f"request {i}: {', '.join(diffs)}"] if diffs else []
+        requests += [f"request {i}: {', '.join(diffs)}"] if diffs else []
+    lines += requests[:8] + ([f"... and {len(requests) - 8} more requests differ"] if len(requests) > 8 else [])
     return "".join(f"\n  {line}" for line in lines)
 
 
@@ -358,6 +371,7 @@ def _step_note(args, got, want) -> str:
 
 def _chunk_note(args, got, want) -> str:
     model, gpu, target, decodes, prefix, overhead_s = args
+    prefix = 0 if prefix == spec.DEFAULT else prefix
 
     def took(c):
         return _ms(costmodel.step_time(ModelSpec(**model), GPUSpec(**gpu), c, decodes, prefix, overhead_s))

@@ -299,8 +299,10 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_l
     num_tokens = int(chunks.sum()) + contexts.size
     if num_tokens == 0:
         raise ValueError("a step must compute at least one token: give prefill_tokens or decode_context_lens")
-    # (query, key) pairs: causal within a chunk, full over the cached prefix; a decode sees L + 1 keys
-    pairs = int((chunks * prefix + chunks * (chunks + 1) // 2).sum()) + int(contexts.sum()) + contexts.size
+    # (query, key) pairs: causal within a chunk, full over the cached prefix; a decode sees L + 1 keys. In Python
+    # ints: c * (c + 1) passes int64 past a chunk of 3e9 tokens, and max_prefill_chunk's search goes that far
+    pairs = (sum(c * p + c * (c + 1) // 2 for c, p in zip(chunks.tolist(), prefix.tolist()))
+             + int(contexts.sum()) + contexts.size)
     return cost_from_totals(model, gpu, num_tokens=num_tokens, num_seqs=chunks.size + contexts.size,
                             attention_pairs=pairs, kv_read_tokens=int(prefix.sum()) + int(contexts.sum()))
 

@@ -49,6 +49,7 @@ from servelab import costmodel
 from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
 from servelab_autograder import ch03, common, known_wrong, release, spec
 from servelab_autograder.ch03 import Scenario
+from servelab_autograder.spec import DEFAULT
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch03.SPECS
@@ -143,9 +144,15 @@ SCENARIOS = (
 )
 
 
+# 2,200 one-token prompts at once into 2,200 tokens of KV: step 0 admits all of them, step 1 preempts 1,100 so
+# that the other 1,100 can decode. Neither loop may stop at a count (a loop bounded at 1,024 passes every
+# smaller step).
+CROWD = Scenario("2,200 one-token prompts at once", (0.0,) * 2200, (1,) * 2200, (3,) * 2200, 4096, 4096, 2200)
+
+
 @functools.cache
 def _schedule_fixed() -> tuple:
-    return tuple(s for sc in SCENARIOS for s in ch03.scenario_states(sc))
+    return tuple(s for sc in SCENARIOS for s in ch03.scenario_states(sc)) + tuple(ch03.scenario_states(CROWD)[:2])
 
 
 def _preempts(s: dict) -> bool:
@@ -195,6 +202,17 @@ def _chunk_fixed():
         case("max_chunk", LLAMA2_7B, H100_SXM, 0.010, [2048] * 16),
         case("max_chunk", LLAMA2_7B, H100_SXM, 0.012, [2048] * 32),                   # the decodes alone miss: 0
         case("max_chunk", LLAMA31_8B, H100_SXM, 0.400, [512] * 8, prefix=60_000, overhead_s=0.0),
+        # a step exactly at the target meets it: the targets are the library's step times of 1500 and of 1 token
+        case("max_chunk", LLAMA3_8B, H100_SXM, costmodel.step_time(LLAMA3_8B, H100_SXM, 1500, [1024] * 32),
+             [1024] * 32),
+        case("max_chunk", LLAMA2_7B, H100_SXM, costmodel.step_time(LLAMA2_7B, H100_SXM, 1, [], 30_000, 0.0), [],
+             prefix=30_000, overhead_s=0.0),
+        # the prefix left out: the function's own default (no cached tokens under the chunk)
+        case("max_chunk", LLAMA3_8B, H100_SXM, 0.030, [1024] * 32, prefix=DEFAULT),
+        case("max_chunk", LLAMA2_7B, H100_SXM, costmodel.step_time(LLAMA2_7B, H100_SXM, 1, [2048] * 16), [2048] * 16,
+             prefix=DEFAULT),
+        # no cap on the search: a target so loose that the chunk passes 2**33 tokens
+        case("max_chunk", LLAMA2_7B, H100_SXM, 1e11, []),
     ]
 
 
@@ -364,6 +382,25 @@ DRILLS = Drills("test_drills", (
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
+V1_HIDDEN = (
+    # three one-token prompts and a budget of 3: in step 1 the third decode gets the last token of the budget
+    (dict(block_size=4, num_gpu_blocks=8, max_num_batched_tokens=3, max_num_seqs=4),
+     [[0, "A", [1], 3, 0], [0, "B", [2], 3, 0], [0, "C", [3], 3, 0]]),
+    # a threshold of 1 token: every prompt goes one token a step while another request is there
+    (dict(block_size=4, num_gpu_blocks=16, max_num_batched_tokens=8, max_num_seqs=4, long_prefill_token_threshold=1),
+     [[0, "A", ch03._tokens_from(100, 5), 2, 0], [0, "B", ch03._tokens_from(200, 3), 2, 0],
+      [3, "C", ch03._tokens_from(300, 4), 2, 0]]),
+    # 1,100 one-token prompts in one step, then 1,100 decodes in the next: no loop may stop at a count
+    (dict(block_size=16, num_gpu_blocks=1200, max_num_batched_tokens=2048, max_num_seqs=2048,
+          enable_prefix_caching=False), [[0, f"s{i}", [i], 2, 0] for i in range(1100)]),
+    # A takes 1,100 tokens a step under the threshold, 1,100 one-token requests fill the rest of the cache; in step
+    # 1, A's next 1,100 slots preempt 1,050 of them, one at a time from the tail
+    (dict(block_size=1, num_gpu_blocks=2251, max_num_batched_tokens=2200, max_num_seqs=2048,
+          long_prefill_token_threshold=1100, enable_prefix_caching=False, reserve_full_prompt=False),
+     [[0, "A", [7] * 2200, 2, 0]] + [[0, f"s{i}", [i % 1000], 5, 0] for i in range(1100)]),
+)
+
+
 def _v1_random(rng: random.Random) -> list:
     """Workloads for V1's schedule: shared prefixes, small caches (preemption), small budgets (chunks), the
     threshold on and off, arrivals over the first steps, both policies, prefix caching on and off, both gates."""
@@ -402,7 +439,7 @@ CHAPTER = Chapter(
         Exercise(S["kv_bytes_per_token"], "test_kv_bytes_per_token", fixed=_kv_fixed, random=_kv_random),
         Exercise(S["step_time"], "test_step_time", fixed=_step_fixed, random=_step_random),
         Exercise(S["schedule"], "test_schedule", fixed=lambda: list(_schedule_fixed()), random=_schedule_random),
-        Exercise(S["v1_schedule"], "test_v1_schedule", fixed=lambda: list(ch03.V1_CASES.values()),
+        Exercise(S["v1_schedule"], "test_v1_schedule", fixed=lambda: [*ch03.V1_CASES.values(), *V1_HIDDEN],
                  random=_v1_random),
         Exercise(S["max_chunk"], "test_max_chunk", fixed=_chunk_fixed, random=_chunk_random),
         Exercise(S["max_backlog"], "test_max_backlog", fixed=lambda: list(BACKLOG_FIXED), random=_backlog_random),
