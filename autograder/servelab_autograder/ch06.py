@@ -51,8 +51,18 @@ TOL = {"float32": 1e-4, "float16": 3e-3}
 SCORES = {"normal": "random-normal queries", "large": "queries x 40 (scores in the hundreds)",
           "negative": "every score -1e4 or below",
           "huge": "queries x 1e5 (scores past fp16's 65,504: the running max must stay fp32)",
-          "offset": "values + 100, queries x 0.1 (out near 100, l near the length: fp16 sums round or overflow)"}
+          "offset": "values + 100, queries x 0.1 (out near 100, l near the length: fp16 sums round or overflow)",
+          "far": "every block id moved on by 2**32 elements of cache (see FAR)"}
 _Q_SCALE = {"large": 40.0, "huge": 1e5, "offset": 0.1}
+# A cache past 2**31 elements (a real one: 1M tokens of 8 x 128 bf16) needs int64 offsets: an int32 product of a
+# block id and its stride wraps around. The sandbox cannot hold such a cache, so a "far" case hands the kernel
+# block ids (decode) or slots (store) FAR_ELEMENTS past the small cache's start; in Triton's interpreter every
+# access out there is dropped (a load gives its `other`) and counted. With int64 offsets nothing is read from or
+# written into the small cache; with int32 ones the offset wraps by exactly 2**32 and lands back inside it. A
+# compiled kernel would touch that memory for real: on a GPU the far cases are not run (the reference's answer
+# stands in; the GPU tests cover a real cache past 2**31 elements). A far decode's small cache is all NaN and only
+# whether each row of out is finite is compared: what a dropped load gives depends on the kernel's `other`.
+FAR_ELEMENTS = 2**32
 # the library's tile loops: a kernel that calls one has not written its own
 _LIBRARY_LOOPS = {"attend_tiles", "paged_decode_kernel", "split_kv_decode_kernel", "merge_splits_kernel",
                   "split_partials_kernel", "store_kvcache_kernel", "prefill_attention_kernel"}
@@ -181,6 +191,15 @@ def _margined(shape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
 # exercise 1: store_kv_kernel
 
 
+def far_slot(slot: int, block_size: int, num_kv_heads: int, head_dim: int) -> int:
+    """A store case's slot ``slot`` moved FAR_ELEMENTS elements on (its block id by FAR_ELEMENTS / block stride)."""
+    return slot + FAR_ELEMENTS // (num_kv_heads * head_dim)
+
+
+def _is_far(slot_mapping, block_size, num_blocks) -> list[bool]:
+    return [s >= num_blocks * block_size for s in slot_mapping]
+
+
 def store_inputs(slot_mapping, block_size, num_blocks, num_kv_heads, head_dim, dtype, seed, device="cpu"):
     """(key, value, k_buffer, v_buffer, k_cache, v_cache, slot_mapping) of a store case: random-normal key and value
     from ``seed``, caches of NaN, each the middle of a NaN buffer with one block before it and ``block_size``
@@ -208,11 +227,14 @@ def drive_store(kernel, slot_mapping, block_size, num_blocks, num_kv_heads, head
     """The store case's caches, margins included, after ``kernel`` (or the reference) ran on it, and the accesses
     outside every tensor."""
     case = (slot_mapping, block_size, num_blocks, num_kv_heads, head_dim, dtype, seed)
-    if kernel is ref_store_kvcache:
+    far = _is_far(slot_mapping, block_size, num_blocks)
+    if kernel is ref_store_kvcache or (any(far) and not interpreted(kernel)):
+        # a far slot's key and value land past the small cache: dropped, 2 x heads x head_dim accesses each
         key, value, k_buf, v_buf, k_cache, v_cache, slots = store_inputs(*case)
-        for cache, new in zip((k_cache, v_cache), kernel(key, value, k_cache, v_cache, slots)):
+        near = torch.where(torch.tensor(far), -1, slots)
+        for cache, new in zip((k_cache, v_cache), ref_store_kvcache(key, value, k_cache, v_cache, near)):
             cache.copy_(new)
-        return {"k_cache": k_buf, "v_cache": v_buf, "stray": 0}
+        return {"k_cache": k_buf, "v_cache": v_buf, "stray": 2 * sum(far) * num_kv_heads * head_dim}
     _, _, k_buf, v_buf, _, _, watch = _store(kernel, case)
     return {"k_cache": k_buf, "v_cache": v_buf, "stray": watch.stray}
 
@@ -269,6 +291,16 @@ def _norm_store(raw, args) -> dict:
     return {**out, "stray": common.as_int(raw.get("stray"), "stray", "accesses", SHORT)}
 
 
+def _store_note(args, got, want) -> str:
+    slot_mapping, block_size, num_blocks = args[:3]
+    far = [t for t, f in enumerate(_is_far(slot_mapping, block_size, num_blocks)) if f]
+    if not far:
+        return ""
+    return (f" The slots of token(s) {far} lie {FAR_ELEMENTS:,} elements past the start of the cache, as in a cache "
+            "of more than 2**31 elements: their stores belong out there (dropped and counted here), and one that "
+            "lands inside the small cache had its offset wrap around in int32. Load the slot as tl.int64.")
+
+
 def _where(b: int, r: int, num_blocks: int) -> str:
     if b < 0:
         return f"row {r} of the margin before the cache"
@@ -319,6 +351,12 @@ def paged_batch(seq_lens, block_size, num_q_heads, num_kv_heads, head_dim, dtype
     if scores == "negative":
         b.k_cache.abs_().add_(1.0)                 # NaN stays NaN
         b.q = -(b.q.abs() + 1.0) * (1e4 / math.sqrt(head_dim))
+    if scores == "far":      # the small cache all NaN: a kernel that reads it (an offset that wrapped) gets NaN
+        stride = b.k_cache[0].numel()
+        assert FAR_ELEMENTS % stride == 0, "a far case's block stride divides 2**32"
+        b.block_tables.add_(FAR_ELEMENTS // stride)
+        b.k_cache.fill_(float("nan"))
+        b.v_cache.fill_(float("nan"))
     return ex.PagedBatch(*(t.to(device) for t in b.args), owner=b.owner)
 
 
@@ -368,6 +406,20 @@ def _foreign_lanes(watch: _Watch, part_shape, head_dim: int) -> list[list[int]]:
     return [list(p) for p in sorted(out)[:8]]
 
 
+@contextlib.contextmanager
+def _block_ids_unchecked(far: bool):
+    """For a far case, the launcher's check that every block id is inside the cache is off (they are not)."""
+    if not far:
+        yield
+        return
+    check = ex.check_block_table_values
+    ex.check_block_table_values = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        ex.check_block_table_values = check
+
+
 def _decode(kernel, case):
     """Launch ``kernel`` on the decode case: (batch, out's buffer, out, watch)."""
     _check_kernel(kernel, "decode_kernel")
@@ -375,7 +427,8 @@ def _decode(kernel, case):
     buf, out = _margined(tuple(b.q.shape), b.q.dtype, b.q.device)
     watch = _Watch(interpreted(kernel), dict(q=b.q, k_cache=b.k_cache, v_cache=b.v_cache, block_tables=b.block_tables,
                                          seq_lens=b.seq_lens, out=buf), ("block_tables",))
-    _launch(kernel, watch, ex.launch_decode, *b.args, out=out)
+    with _block_ids_unchecked(case[6] == "far"):
+        _launch(kernel, watch, ex.launch_decode, *b.args, out=out)
     return b, buf, out, watch
 
 
@@ -383,10 +436,15 @@ def drive_decode(kernel, seq_lens, block_size, num_q_heads, num_kv_heads, head_d
     """``out`` with its margins after ``kernel`` (or the reference) ran on the decode case, the block-table
     entries read past a sequence's blocks, and the accesses outside every tensor."""
     case = (seq_lens, block_size, num_q_heads, num_kv_heads, head_dim, dtype, scores, seed)
-    if kernel is ref_paged_decode:
-        b = paged_batch(*case)
+    if kernel is ref_paged_decode or (scores == "far" and not interpreted(kernel)):
+        if scores == "far":   # every key and value lies out of reach: each load gives 0.0 (its other=)
+            b = paged_batch(seq_lens, block_size, num_q_heads, num_kv_heads, head_dim, dtype, "normal", seed)
+            b.k_cache.zero_()
+            b.v_cache.zero_()
+        else:
+            b = paged_batch(*case)
         buf, out = _margined(tuple(b.q.shape), torch.float64, "cpu")
-        out.copy_(kernel(*b.args))
+        out.copy_(ref_paged_decode(*b.args))
         return {"out": buf, "reads": [], "stray": 0}
     b, buf, _, watch = _decode(kernel, case)
     return {"out": buf, "reads": _past_blocks(watch, b), "stray": watch.stray}
@@ -457,8 +515,10 @@ def _norm_out(raw, args) -> dict:
     if not isinstance(reads, list) or not all(isinstance(r, list) and all(type(i) is int for i in r) for r in reads):
         raise Shape("expected the reads as lists of ints")
     touched = ~np.isnan(buf).all(-1)
-    return {"dtype": dtype, "out": buf[MARGIN:MARGIN + rows].astype(np.float64).reshape(len(seq_lens), num_q_heads,
-                                                                                       head_dim),
+    out = buf[MARGIN:MARGIN + rows].astype(np.float64).reshape(len(seq_lens), num_q_heads, head_dim)
+    if args[6] == "far":     # a row is 0 where it is finite (no NaN of the small cache reached it), else NaN
+        out = np.where(np.isfinite(out).all(-1, keepdims=True), 0.0, np.nan) * np.ones_like(out)
+    return {"dtype": dtype, "out": out,
             "outside": [int(touched[:MARGIN].sum()), int(touched[MARGIN + rows:].sum())], "reads": reads,
             "stray": common.as_int(raw.get("stray"), "stray", "accesses", SHORT)}
 
@@ -519,6 +579,11 @@ def _first_wrong_row(args, got, want) -> str:
     wrong = _wrong_rows(got["out"], want["out"], TOL[want["dtype"]])
     if not wrong.any():
         return ""
+    if args[6] == "far":
+        return (f" This case's block ids lie {FAR_ELEMENTS:,} elements past the start of the cache, as in a cache of "
+                "more than 2**31 elements, and the test's small cache holds only NaN: a NaN in out means the kernel "
+                "read inside it, where an int32 product of block id and stride wraps around to. Convert the block "
+                "ids to tl.int64 before multiplying.")
     s, h = np.argwhere(wrong)[0].tolist()
     with np.errstate(invalid="ignore"):
         err = np.abs(got["out"][s, h] - want["out"][s, h]).max()   # NaN when a NaN reached the row
@@ -570,7 +635,7 @@ def _merge_call(args) -> str:
 
 SPECS = {s.name: s for s in [
     Spec("store_kv_kernel", ("slot_mapping", "block_size", "num_blocks", "num_kv_heads", "head_dim", "dtype", "seed"),
-         ref_store_kvcache, _norm_store, _show_store, driver=_DRIVER + "store", call=_store_call),
+         ref_store_kvcache, _norm_store, _show_store, note=_store_note, driver=_DRIVER + "store", call=_store_call),
     Spec("decode_kernel", _DECODE, ref_paged_decode, _norm_out, _show_out("block-table entries (sequence, entry) "
          "read past the sequence's blocks"), _same_out, note=_first_wrong_row, driver=_DRIVER + "decode",
          call=_decode_call, compact=_compact, alike=_alike),

@@ -76,6 +76,7 @@ DECODE = [
     ([40, 5], 4, 4, 2, 16, "float32", "negative", 6),       # a running max that starts at 0 gives 0 / 0
     ([1100, 3], 16, 2, 1, 16, "float32", "offset", 7),     # past 1,024 keys; out near 100: fp16 l or acc is off
     ([40, 9], 4, 4, 2, 16, "float32", "huge", 8),           # scores past fp16's 65,504: an fp16 max overflows
+    ([9, 4], 4, 4, 2, 16, "float32", "far", 10),            # block ids 2**32 elements on: int64 offsets
 ]
 DRILL_LENS = [10_000] * 24             # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
 DRILL_SHAPE = (64, 8, 128, 2)
@@ -127,7 +128,11 @@ CHAPTER = Chapter(
                  fixed=lambda: [([5, -1, 0], 4, 3, 1, 16, "float32", 0),            # the notebook's example
                                 ([3, 0, 5, -1, 1], 1, 6, 2, 16, "float32", 1),       # block size 1
                                 ([3, 4, -1, 19, 8, -1, 7], 4, 5, 2, 32, "float16", 2),  # boundaries, the last slot
-                                ([17, 0, -1, 47, 30], 16, 3, 2, 16, "float32", 3)],
+                                ([17, 0, -1, 47, 30], 16, 3, 2, 16, "float32", 3),
+                                # slots 2**32 elements on (and one near): int64 offsets, or a store wraps
+                                # around into the cache (ch06.FAR_ELEMENTS)
+                                ([ch06.far_slot(1, 4, 1, 16), 2, ch06.far_slot(6, 4, 1, 16)], 4, 3, 1, 16,
+                                 "float32", 9)],
                  random=_store_random),
         Exercise(S["decode_kernel"], "test_decode_kernel", fixed=lambda: DECODE,
                  random=lambda rng: _batch_random(rng, 4)),
