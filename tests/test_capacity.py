@@ -104,6 +104,30 @@ def test_fleet_prices_each_phase_by_its_own_step():
     assert cached.prefill_gpu_hours < 0.6 * plan.prefill_gpu_hours
 
 
+def test_a_mixed_fleet_prices_each_decode_step_with_the_prompts_it_carries():
+    # 20 input tokens per output token, 2000-token prompts, batch 200: each decode step carries two whole prompts
+    # (4000 tokens), so a day is 1e6 / 200 steps of exactly this step_cost
+    plan = capacity.mixed_fleet_size(LLAMA3_8B, H100_SXM, 20e6, 1e6, prompt_len=2000, batch=200)
+    step = costmodel.step_cost(LLAMA3_8B, H100_SXM, [2000, 2000], decode_context_lens=[2050] * 200)
+    assert step.bound == "compute"
+    assert math.isclose(plan.gpu_hours, 1e6 / 200 * step.seconds(capacity.DEFAULT_STEP_OVERHEAD_S) / 3600)
+    decode_flops = (step.flops - costmodel.step_cost(LLAMA3_8B, H100_SXM, [2000, 2000]).flops)
+    assert math.isclose(plan.decode_gpu_hours / plan.gpu_hours, decode_flops / step.flops)
+    apart = capacity.fleet_size(LLAMA3_8B, H100_SXM, 20e6, 1e6, prompt_len=2000, batch=200)
+    assert plan.gpu_hours < 0.85 * apart.gpu_hours      # decode's weight reads ride under the prompts' matmuls
+    # a budget too small for what the ratio supplies: the rest is prefilled in steps of its own
+    small = capacity.mixed_fleet_size(LLAMA3_8B, H100_SXM, 20e6, 1e6, prompt_len=2000, batch=200, budget=3200)
+    carried = costmodel.step_time(LLAMA3_8B, H100_SXM, [2000, 1000], decode_context_lens=[2050] * 200)
+    assert small.gpu_hours > plan.gpu_hours
+    rest = 1000 * 1e6 / 200 * capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, 2000, 3200)
+    # within 1%: the function spreads a prompt's attention pairs evenly over its tokens, the stand-in step does not
+    assert math.isclose(small.gpu_hours, (1e6 / 200 * carried + rest) / 3600, rel_tol=1e-2)
+    with pytest.raises(ValueError, match="no room for prompt tokens"):
+        capacity.mixed_fleet_size(LLAMA3_8B, H100_SXM, 20e6, 1e6, prompt_len=2000, batch=200, budget=200)
+    with pytest.raises(ValueError, match="cached_prefix"):
+        capacity.mixed_fleet_size(LLAMA3_8B, H100_SXM, 20e6, 1e6, prompt_len=2000, batch=200, cached_prefix=2000)
+
+
 def test_a_prompt_longer_than_the_budget_is_chunked_on_its_prefix():
     per_token = capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, 3000, budget=2048)
     steps = (costmodel.step_time(LLAMA3_8B, H100_SXM, 2048)

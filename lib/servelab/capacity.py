@@ -37,6 +37,7 @@ from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, LLAMA3_8B, GPU
 __all__ = [
     "Ceilings",
     "FleetPlan",
+    "MixedStep",
     "budget_knee",
     "compute_ridge_batch",
     "cudagraph_capture_sizes",
@@ -44,6 +45,8 @@ __all__ = [
     "fleet_size",
     "kv_ceiling",
     "mean_context",
+    "mixed_fleet_size",
+    "mixed_step",
     "prefill_s_per_token",
     "prefill_share_ratio",
     "resident_sequences",
@@ -449,7 +452,7 @@ def fleet_size(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, outp
     sequences it assumes do not fit.
 
     10 billion input and 0.5 billion output tokens a day, 2000-token prompts (so 100 output tokens each),
-    Llama-3-8B on H100s, batch 203 (the most whose 2100 tokens of KV fit) at 2050 tokens, 8192-token steps:
+    Llama-3-8B on H100s, batch 203 at 2050 tokens, 8192-token steps:
     40.9 GPU-hours of prefill, 14.8 of decode, 3 GPUs; prefill is 73% of the bill.
 
     >>> plan = fleet_size(LLAMA3_8B, H100_SXM, 10e9, 0.5e9, prompt_len=2000, batch=203)
@@ -465,6 +468,78 @@ def fleet_size(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, outp
     prefill = input_tokens_per_day * (prompt_len - cached_prefix) / prompt_len * per_token
     decode = output_tokens_per_day * decode_s_per_token(model, gpu, batch, context, overhead_s)
     return FleetPlan(prefill / 3600, decode / 3600, input_tokens_per_day, output_tokens_per_day)
+
+
+@dataclass(frozen=True)
+class MixedStep:
+    """One decode step of `mixed_fleet_size`: its cost, the prompt tokens it carries and those the day supplies
+    per step (the rest, supplied - carried, is prefilled in steps of its own)."""
+
+    cost: costmodel.StepCost
+    decode_flops: float
+    carried: float
+    supplied: float
+
+
+def mixed_step(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, output_tokens_per_day: float,
+               prompt_len: int, batch: int, budget: int = 8192, cached_prefix: int = 0) -> MixedStep:
+    """The decode step `mixed_fleet_size` prices: `batch` decodes at the mean context and the prompt tokens the
+    day's ratio supplies per step, batch x input/output (prompt_len - cached_prefix computed per prompt), up to
+    the budget. A prompt's attention pairs and cached prefix are spread over its tokens (a chunk's reads of its
+    own prompt's earlier chunks are left out: KV reads, free in a compute-bound step).
+
+    >>> m = mixed_step(LLAMA3_8B, H100_SXM, 10e9, 0.5e9, prompt_len=2000, batch=203)
+    >>> m.cost.bound, round(m.carried), round(m.supplied)
+    ('compute', 4060, 4060)
+    """
+    input_tokens_per_day = _positive("input_tokens_per_day", input_tokens_per_day)
+    output_tokens_per_day = _positive("output_tokens_per_day", output_tokens_per_day)
+    prompt_len, batch, budget = _count("prompt_len", prompt_len), _count("batch", batch), _count("budget", budget)
+    cached_prefix = _count("cached_prefix", cached_prefix, low=0)
+    if cached_prefix >= prompt_len:
+        raise ValueError(f"cached_prefix ({cached_prefix}) must leave at least one prompt token to compute "
+                         f"(prompt_len {prompt_len})")
+    if batch >= budget:
+        raise ValueError(f"a budget of {budget} tokens leaves no room for prompt tokens beside {batch} decodes")
+    todo = prompt_len - cached_prefix
+    context = round(prompt_len + output_tokens_per_day * prompt_len / input_tokens_per_day / 2)
+    supplied = batch * input_tokens_per_day / output_tokens_per_day * todo / prompt_len
+    carried = min(supplied, budget - batch)
+    pairs_per_token = (todo * cached_prefix + todo * (todo + 1) / 2) / todo
+    cost = costmodel.cost_from_totals(model, gpu, num_tokens=batch + carried, num_seqs=batch + carried / todo,
+                                      attention_pairs=batch * (context + 1) + carried * pairs_per_token,
+                                      kv_read_tokens=batch * context + carried * cached_prefix / todo)
+    decode_flops = (2.0 * model.matmul_params * batch + 2.0 * model.vocab_size * model.hidden_size * batch
+                    + 4.0 * model.num_layers * model.num_heads * model.head_dim * batch * (context + 1))
+    return MixedStep(cost, decode_flops, carried, supplied)
+
+
+def mixed_fleet_size(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, output_tokens_per_day: float,
+                     prompt_len: int, batch: int, budget: int = 8192, overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+                     cached_prefix: int = 0) -> FleetPlan:
+    """`fleet_size` for an engine that mixes the phases, as vLLM's does: every decode step of `batch` sequences
+    (at the mean context, as in `fleet_size`) also carries the prompt tokens the day's ratio supplies, up to the
+    `budget` (`mixed_step`); what does not fit is prefilled in steps of its own (`prefill_s_per_token`). Decode's
+    weight and KV reads then overlap the prompts' matmuls: when the mixed step is compute-bound, decoding costs
+    only its FLOPs. The plan splits each mixed step between the phases by their shares of its FLOPs.
+
+    The docstring workload of `fleet_size`, batch 203: 4,263-token steps, compute-bound, 43.3 GPU-hours a day in
+    all (55.6 priced apart), 2 GPUs instead of 3.
+
+    >>> plan = mixed_fleet_size(LLAMA3_8B, H100_SXM, 10e9, 0.5e9, prompt_len=2000, batch=203)
+    >>> round(plan.gpu_hours, 1), plan.gpus, round(plan.prefill_share, 2)
+    (43.3, 2, 0.95)
+    """
+    step = mixed_step(model, gpu, input_tokens_per_day, output_tokens_per_day, prompt_len, batch, budget,
+                      cached_prefix)
+    steps = output_tokens_per_day / batch
+    mixed = steps * step.cost.seconds(overhead_s)
+    decode = mixed * step.decode_flops / step.cost.flops
+    rest = 0.0
+    if step.supplied > step.carried:
+        rest = (step.supplied - step.carried) * steps * prefill_s_per_token(model, gpu, prompt_len, budget,
+                                                                          overhead_s, cached_prefix)
+    return FleetPlan((mixed - decode + rest) / 3600, decode / 3600, input_tokens_per_day, output_tokens_per_day)
 
 
 def prefill_share_ratio(share: float, prefill_s: float, decode_s: float) -> float:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab import capacity, costmodel, queueing
+from servelab import capacity, costmodel, queueing, serving
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
 from servelab.serving import ServingPoint
 
@@ -87,6 +87,73 @@ def _ch09() -> list[Claim]:
         Claim(a, "cell-35", "the KV ceiling at 2K in the interview answer", h100, "{} sequences at 2K",
               _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
         *_ch09_steady_state(a),
+        *_ch09_fleet(a),
+    ]
+
+
+def _mixed_point(model: ModelSpec, gpu: GPUSpec, batch: int, context: int, carried: float, prompt: int,
+                 cached: int = 0, **settings) -> ServingPoint:
+    """A mixed fleet's step: `batch` decodes at `context` and `carried` prompt tokens as whole prompts' chunks of
+    prompt - cached tokens on `cached` cached ones, the last one partial."""
+    whole, part = divmod(round(carried), prompt - cached)
+    chunks = (prompt - cached,) * whole + ((part,) if part else ())
+    return ServingPoint(model, gpu, decode_contexts=(context,) * batch, prefill_chunks=chunks, prefill_prefix=cached,
+                        **settings)
+
+
+def _ch09_fleet(a: str) -> list[Claim]:
+    """The throughput fleet of 10e9 input and 0.5e9 output tokens a day priced apart and mixed (cell-20, the
+    interview), and the levers' fleet of 100e9 and 5e9 (cell-27)."""
+    args = (LLAMA3_8B, H100_SXM, 10e9, 0.5e9, 2000, capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 2100))
+    apart, mixed, step = capacity.fleet_size(*args), capacity.mixed_fleet_size(*args), capacity.mixed_step(*args)
+    decode = ServingPoint.decode(LLAMA3_8B, H100_SXM, args[5], 2050)
+    mixed_point = _mixed_point(LLAMA3_8B, H100_SXM, args[5], 2050, step.carried, 2000)
+    ratio = (step.decode_flops / args[5]) / ((step.cost.flops - step.decode_flops) / step.carried)
+    # the levers' workload: the chat-tuned engine priced apart and mixed, and every lever together, mixed
+    full = 2000 + round(5e9 * 2000 / 100e9)
+    chat = capacity.fleet_size(LLAMA3_8B, H100_SXM, 100e9, 5e9, 2000, 64, 2048)
+    chat_mixed = capacity.mixed_fleet_size(LLAMA3_8B, H100_SXM, 100e9, 5e9, 2000, 64, 2048)
+    chat_step = capacity.mixed_step(LLAMA3_8B, H100_SXM, 100e9, 5e9, 2000, 64, 2048)
+    fp8_model, fp8_gpu = serving.priced(LLAMA3_8B, H100_SXM, weight_dtype="fp8", kv_dtype="fp8")
+    batch = capacity.kv_ceiling(fp8_model, H100_SXM, full)
+    every = capacity.mixed_fleet_size(fp8_model, fp8_gpu, 100e9, 5e9, 2000, batch, 8192, cached_prefix=1000)
+    every_step = capacity.mixed_step(fp8_model, fp8_gpu, 100e9, 5e9, 2000, batch, 8192, cached_prefix=1000)
+    every_point = _mixed_point(LLAMA3_8B, H100_SXM, batch, 2050, every_step.carried, 2000, 1000,
+                               weight_dtype="fp8", kv_dtype="fp8")
+    chat_point = _mixed_point(LLAMA3_8B, H100_SXM, 64, 2050, chat_step.carried, 2000, max_num_batched_tokens=2048)
+    p_s = capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, 2000)
+    d_s = capacity.decode_s_per_token(LLAMA3_8B, H100_SXM, args[5], 2050)
+    three_quarters = capacity.prefill_share_ratio(0.75, p_s, d_s)
+    return [
+        Claim(a, "cell-20", "an output token's price over a prompt token's, apart", d_s / p_s, "d / p = {:.2f}",
+              decode),
+        Claim(a, "cell-20", "the ratio at which prefill is three quarters, apart", three_quarters, "so r = {:.1f}",
+              decode),
+        Claim(a, "cell-35", "that ratio in the interview", three_quarters, "about {:.0f} input tokens per output",
+              decode),
+        Claim(a, "cell-20", "prefill GPU-hours priced apart", apart.prefill_gpu_hours, "{:.1f} GPU-hours of prefill",
+              decode),
+        Claim(a, "cell-20", "decode GPU-hours priced apart", apart.decode_gpu_hours, "and {:.1f} of decode", decode),
+        Claim(a, "cell-20", "GPUs priced apart", apart.gpus, "**{} H100s, prefill", decode),
+        Claim(a, "cell-20", "prefill's share priced apart", apart.prefill_share, "{:.0%} of the bill**", decode),
+        Claim(a, "cell-20", "prompt tokens a mixed step carries", step.carried, "222 decodes and {:,.0f} prompt tokens",
+              mixed_point),
+        Claim(a, "cell-20", "GPU-hours mixed", mixed.gpu_hours, "**{:.1f} GPU-hours", mixed_point),
+        Claim(a, "cell-20", "GPUs mixed", mixed.gpus, "GPU-hours, {} H100s**", mixed_point),
+        Claim(a, "cell-20", "an output token in prompt tokens' FLOPs", ratio, "{:.2f} prompt tokens' worth",
+              mixed_point),
+        Claim(a, "cell-20", "prefill's share mixed", mixed.prefill_share, "prefill is {:.0%} of this workload's",
+              mixed_point),
+        Claim(a, "cell-20", "the ratio at which prefill is three quarters, mixed",
+              capacity.prefill_share_ratio(0.75, 1.0, ratio), "three quarters already at r = {:.1f}", mixed_point),
+        Claim(a, "cell-35", "GPU-hours mixed in the interview", mixed.gpu_hours, "{:.0f} GPU-hours instead of",
+              mixed_point),
+        Claim(a, "cell-35", "GPU-hours apart in the interview", apart.gpu_hours, "instead of {:.0f}, 2 H100s",
+              decode),
+        Claim(a, "cell-27", "the chat-tuned fleet's prefill share, mixed", chat_mixed.prefill_share, "{:.0%} mixed",
+              chat_point),
+        Claim(a, "cell-27", "every lever together, mixed", every.gpus, "on {} H100s instead of", every_point),
+        Claim(a, "cell-27", "the chat-tuned fleet", chat.gpus, "instead of {}.", chat_point),
     ]
 
 

@@ -46,7 +46,7 @@ from servelab.costmodel import (
     ModelSpec,
 )
 
-__all__ = ["DTYPE_BYTES", "Feasible", "Infeasible", "ServingPoint", "check"]
+__all__ = ["DTYPE_BYTES", "Feasible", "Infeasible", "ServingPoint", "check", "priced"]
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -110,14 +110,31 @@ class ServingPoint:
     @property
     def priced_model(self) -> ModelSpec:
         """The model with the point's weight and KV dtypes."""
-        return dataclasses.replace(self.model, bytes_per_param=DTYPE_BYTES[self.weight_dtype],
-                                   bytes_per_kv_element=DTYPE_BYTES[self.kv_dtype])
+        return priced(self.model, self.gpu, self.weight_dtype, self.kv_dtype)[0]
 
     @property
     def priced_gpu(self) -> GPUSpec:
         """The GPU at the rate its tensor cores run the weights' dtype (fp8: twice bf16's)."""
-        scale = 2 if self.weight_dtype == "fp8" else 1
-        return dataclasses.replace(self.gpu, peak_flops=self.gpu.peak_flops * scale)
+        return priced(self.model, self.gpu, self.weight_dtype, self.kv_dtype)[1]
+
+
+def priced(model: ModelSpec, gpu: GPUSpec, weight_dtype: str = "bf16", kv_dtype: str = "bf16"
+           ) -> tuple[ModelSpec, GPUSpec]:
+    """(model, gpu) as the cost model prices them with these dtypes: bytes per parameter and per KV element from
+    DTYPE_BYTES, and fp8 weights (W8A8) at twice the tensor cores' bf16 rate. Names are kept.
+
+    >>> from servelab.costmodel import H100_SXM, LLAMA3_8B
+    >>> m, g = priced(LLAMA3_8B, H100_SXM, weight_dtype="fp8")
+    >>> m.bytes_per_param, m.bytes_per_kv_element, g.peak_flops / H100_SXM.peak_flops
+    (1, 2, 2.0)
+    """
+    for name, dtype in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    model = dataclasses.replace(model, bytes_per_param=DTYPE_BYTES[weight_dtype],
+                                bytes_per_kv_element=DTYPE_BYTES[kv_dtype])
+    scale = 2 if weight_dtype == "fp8" else 1
+    return model, dataclasses.replace(gpu, peak_flops=gpu.peak_flops * scale)
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ CHAPTER = Chapter(
     assignment=ch09.ASSIGNMENT,
     prelude="import dataclasses\nimport math\n\nfrom servelab import capacity, costmodel\n"
             "from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
-    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
+    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
     references=tuple(f"servelab.capacity:{n}" for n in (
         "kv_ceiling", "compute_ridge_batch", "running_ceilings", "resident_sequences", "fleet_size",
         "prefill_share_ratio", "budget_knee")),
