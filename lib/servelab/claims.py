@@ -72,6 +72,34 @@ def _ch02() -> list[Claim]:
                   full_cache(LLAMA3_8B, H100_SXM))]
 
 
+def _ch03() -> list[Claim]:
+    """The long prompts of chapter 03's walkthrough on Llama-3.1-8B: a 32K prompt before ten 256-token ones
+    (2,048-token budget), and a 131,072-token one in 16,384-token chunks; each point is the step of the last chunk."""
+    a = "ch03_token_budget"
+
+    def step(chunk: int, prefix: int) -> float:
+        return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=chunk, prefill_context=prefix)
+
+    def chunk_point(chunk: int, prefix: int) -> ServingPoint:
+        return ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(chunk,), prefill_prefix=prefix,
+                            max_num_batched_tokens=chunk)
+
+    long32 = sum(step(2048, p) for p in range(0, 32768, 2048))
+    short = long32 + step(2048, 0)
+    long128 = sum(step(16384, p) for p in range(0, 131072, 16384))
+    last32, last128 = chunk_point(2048, 30720), chunk_point(16384, 114688)
+    return [
+        Claim(a, "00621bcc", "the 32K prompt's prefill", long32, "2048 tokens, {:.3f} s by the step", last32),
+        Claim(a, "00621bcc", "each short prompt's TTFT behind it", short, "**{:.3f} s", last32),
+        Claim(a, "00621bcc", "their waiting in all", 10 * short, "each, {:.2f} s of user-visible", last32),
+        Claim(a, "00621bcc", "the 32K prefill at 70% of peak", long32 / 0.7, "({:.1f}-", last32),
+        Claim(a, "00621bcc", "the 32K prefill at 50% of peak", long32 / 0.5, "-{:.1f} s, printed below", last32),
+        Claim(a, "1bff8089", "the 131,072-token prefill", long128, "The step model's {:.2f} s", last128),
+        Claim(a, "1bff8089", "the share of peak an 8.6 s figure implies", long128 / 8.6, "same prefill at {:.1%}",
+              last128),
+    ]
+
+
 def _ch09() -> list[Claim]:
     a = "ch09_capacity_and_concurrency"
     h100, h200 = capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 2048), capacity.kv_ceiling(LLAMA3_8B, H200, 2048)
@@ -223,6 +251,7 @@ def _ch13() -> list[Claim]:
 CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch01_continuous_batching": _ch01,
     "ch02_nanovllm_scheduler": _ch02,
+    "ch03_token_budget": _ch03,
     "ch09_capacity_and_concurrency": _ch09,
     "ch12_queueing_and_overload": _ch12,
     "ch13_fairness_and_priority": _ch13,
