@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from servelab.costmodel import H100_SXM, LLAMA3_8B
-from servelab.fairness import TokenWeights, request_fair_shares, token_weights
+from servelab.fairness import ContextWeights, TokenWeights, request_fair_shares, token_weights
 from servelab.simulator import MixedBudget, Priority, Requests, ServingState, TokenFair, Traced, simulate
-from servelab.simulator.fair import tenant_service
+from servelab.simulator.fair import measured_service, tenant_service
 
 W = token_weights(LLAMA3_8B, H100_SXM, 2000, 64, 2000)
 
@@ -94,3 +94,41 @@ def test_defaults_and_bad_parameters():
     with pytest.raises(ValueError, match="batch_kv_quota"):
         Priority([0], batch_kv_quota=-1)
     assert tenant_service([[(0, 4), (1, 1)]], [0, 1], TokenWeights(1.0, 8.0)).tolist() == [[4.0, 8.0]]
+
+
+def test_traced_contexts_and_measured_service_split_each_step_by_its_binding_resource():
+    traced = Traced(MixedBudget(max_num_batched_tokens=8))
+    res = simulate(Requests([0, 0, 0], [6, 5, 3], [4, 4, 4]), traced, LLAMA3_8B, H100_SXM)
+    assert traced.contexts[:3] == [[0, 0], [6, 2, 0], [7, 5, 3]]   # tokens computed before each step
+    used = measured_service(traced.steps, traced.contexts, res.step_duration_s, [0, 1, 2], LLAMA3_8B, H100_SXM)
+    assert np.isclose(used[-1].sum(), res.step_duration_s.sum())    # every second goes to someone
+    # step 0 is memory-bound: the weights' read split by tokens (6 and 2), the KV each writes on top
+    kv = LLAMA3_8B.kv_bytes_per_token
+    b0, b1 = LLAMA3_8B.weight_bytes * 6 / 8 + kv * 6, LLAMA3_8B.weight_bytes * 2 / 8 + kv * 2
+    assert np.isclose(used[0, 0] / used[0, 1], b0 / b1)
+    # a compute-bound step (a 4,000-token chunk beside a decode): split by FLOPs
+    step = [(0, 4000), (1, 1)]
+    got = measured_service([step], [[0, 500]], [0.1], [0, 1], LLAMA3_8B, H100_SXM)[0]
+    m = LLAMA3_8B
+    flops = [2.0 * m.matmul_params * n + 2.0 * m.vocab_size * m.hidden_size
+             + 4.0 * m.num_layers * m.num_heads * m.head_dim * (n * c + n * (n + 1) / 2)
+             for n, c in ((4000, 0), (1, 500))]
+    assert np.isclose(got[0] / got[1], flops[0] / flops[1])
+
+
+def test_context_prices_charge_a_long_documents_tokens_more_and_even_the_measured_share():
+    flat = token_weights(LLAMA3_8B, H100_SXM, prompt_len=2000, batch=64, context_len=2000)
+    priced = ContextWeights(LLAMA3_8B, H100_SXM, batch=64)
+    assert np.isclose(priced.cost(0, 1, 2000), flat.decode_s, rtol=1e-3)          # the flat prices' own context
+    assert priced.cost(0, 1, 50_000) > 10 * flat.decode_s                          # a document's KV read
+    assert priced.cost(100, 0, 50_000) > priced.cost(100, 0, 0)                    # attention over the prefix
+    tenant = np.array([0, 1] * 30)
+    reqs = Requests(np.zeros(60), np.array([30_000, 300] * 30), np.array([100, 100] * 30))
+    share = {}
+    for label, weights in (("flat", flat), ("priced", priced)):
+        traced = Traced(TokenFair(tenant, weights, max_num_batched_tokens=2048, max_num_seqs=32))
+        res = simulate(reqs, traced, LLAMA3_8B, H100_SXM)
+        used = measured_service(traced.steps, traced.contexts, res.step_duration_s, tenant, LLAMA3_8B, H100_SXM)
+        k = next(k for k, step in enumerate(traced.steps) if any(i == 59 for i, _ in step))
+        share[label] = used[k - 1, 0] / used[k - 1].sum()
+    assert 0.5 < share["priced"] < share["flat"]

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from servelab import capacity, costmodel
 from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec  # noqa: F401 - examples
 
-__all__ = ["TokenWeights", "VirtualTokenCounter", "batch_kv_quota", "document_len_for_share", "interactive_tpot",
-           "next_tenant", "request_fair_shares", "token_weights"]
+__all__ = ["ContextWeights", "TokenWeights", "VirtualTokenCounter", "batch_kv_quota", "document_len_for_share",
+           "interactive_tpot", "next_tenant", "request_fair_shares", "token_weights"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,39 @@ class TokenWeights:
     prefill_s: float
     decode_s: float
 
-    def cost(self, prefill_tokens: float, decode_tokens: float) -> float:
+    def cost(self, prefill_tokens: float, decode_tokens: float, context: float = 0) -> float:
+        """Flat prices: the same at any `context`."""
         return self.prefill_s * prefill_tokens + self.decode_s * decode_tokens
+
+
+@dataclass(frozen=True)
+class ContextWeights:
+    """Prices at a token's context, from the roofline (`cost(prefill_tokens, decode_tokens, context)`): a chunk of
+    n prompt tokens on `context` cached ones costs its FLOPs at peak (matmuls, and attention over the prefix and
+    causally within the chunk) plus its share of a `budget`-token step's overhead; an output token at `context`
+    costs its share of a decode step of `batch` sequences (the weights' read and the overhead over the batch) plus
+    the read of its own context's KV. At the flat prices' context (2,000) the two agree; an output token of a
+    57,560-token document costs 14 times the flat price.
+
+    >>> w = ContextWeights(LLAMA3_8B, H100_SXM, batch=64)
+    >>> [round(x * 1e6, 1) for x in (w.cost(0, 1, 2000), w.cost(0, 1, 57560), w.cost(2000, 0, 0) / 2000)]
+    [161.0, 2334.9, 14.7]
+    """
+
+    model: ModelSpec
+    gpu: GPUSpec
+    batch: int = 64
+    budget: int = 8192
+    overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+
+    def cost(self, prefill_tokens: float, decode_tokens: float, context: float = 0) -> float:
+        m, n = self.model, prefill_tokens
+        pairs = n * context + n * (n + 1) / 2
+        prefill = ((2.0 * m.matmul_params * n + 4.0 * m.num_layers * m.num_heads * m.head_dim * pairs)
+                   / self.gpu.peak_flops + self.overhead_s * n / self.budget)
+        decode = decode_tokens * ((m.weight_bytes / self.batch + m.kv_bytes_per_token * (context + 1))
+                                  / self.gpu.hbm_bandwidth + self.overhead_s / self.batch)
+        return prefill + decode
 
 
 def token_weights(model: ModelSpec, gpu: GPUSpec, prompt_len: int, batch: int, context_len: int,
@@ -80,7 +111,7 @@ class VirtualTokenCounter:
     70.0
     """
 
-    weights: TokenWeights
+    weights: TokenWeights | ContextWeights
     counters: dict[str, float] = field(default_factory=dict)
 
     def activate(self, tenant: str, backlogged: set[str]) -> None:
@@ -90,11 +121,12 @@ class VirtualTokenCounter:
         mine = self.counters.get(tenant, 0.0)
         self.counters[tenant] = max(mine, min(others)) if others else mine
 
-    def charge(self, tenant: str, prefill_tokens: float = 0, decode_tokens: float = 0) -> None:
-        """What a step served for `tenant`, priced by the weights."""
+    def charge(self, tenant: str, prefill_tokens: float = 0, decode_tokens: float = 0, context: float = 0) -> None:
+        """What a step served for `tenant`, priced by the weights at `context` (flat weights ignore it)."""
         if prefill_tokens < 0 or decode_tokens < 0:
             raise ValueError(f"token counts are >= 0, got {prefill_tokens}, {decode_tokens}")
-        self.counters[tenant] = self.counters.get(tenant, 0.0) + self.weights.cost(prefill_tokens, decode_tokens)
+        self.counters[tenant] = self.counters.get(tenant, 0.0) + self.weights.cost(prefill_tokens, decode_tokens,
+                                                                                   context)
 
     def pick(self, backlogged: set[str]) -> str:
         """The backlogged tenant with the smallest counter (ties: the first name in sorted order)."""

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servelab.fairness import TokenWeights, VirtualTokenCounter
+from servelab.costmodel import GPUSpec, ModelSpec, cost_from_totals
+from servelab.fairness import ContextWeights, TokenWeights, VirtualTokenCounter
 from servelab.simulator.policies import _check_limits, _with_admitted
 from servelab.simulator.state import ServingState
 
-__all__ = ["Priority", "TokenFair", "tenant_service"]
+__all__ = ["Priority", "TokenFair", "measured_service", "tenant_service"]
 
 
 def _decode_all(state: ServingState, victim) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +65,7 @@ class TokenFair:
     the run; `served_s[t]` the GPU-seconds tenant t was charged."""
 
     tenant: np.ndarray
-    weights: TokenWeights
+    weights: TokenWeights | ContextWeights
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 256
     quantum: int = 256
@@ -95,8 +96,8 @@ class TokenFair:
             else:
                 vtc.counters.setdefault(t, 0.0)
         self._backlogged = backlogged
-        for t in tenant[running[remaining == 1]]:
-            vtc.charge(int(t), decode_tokens=1)
+        for i in running[remaining == 1]:
+            vtc.charge(int(tenant[i]), decode_tokens=1, context=int(state.computed[i]))
 
         tokens = np.minimum(remaining, 1)
         budget = self.max_num_batched_tokens - running.size
@@ -126,13 +127,15 @@ class TokenFair:
                 work.setdefault(t, []).append([int(state.seq_len[i] - state.computed[i]), -1 - (len(new_ids) - 1)])
             item = work[t][0]
             n = min(item[0], budget, self.quantum)
-            if item[1] >= 0:
+            if item[1] >= 0:                     # the chunk goes on after what this step computes already
+                context = int(state.computed[running[item[1]]]) + int(tokens[item[1]])
                 tokens[item[1]] += n
             else:
+                context = int(state.computed[new_ids[-1 - item[1]]]) + new_tokens[-1 - item[1]]
                 new_tokens[-1 - item[1]] += n
             item[0] -= n
             budget -= n
-            vtc.charge(t, prefill_tokens=n)
+            vtc.charge(t, prefill_tokens=n, context=context)
             if item[0] == 0:
                 work[t].pop(0)
         return _with_admitted(state, running, tokens, new_ids, new_tokens)
@@ -232,4 +235,33 @@ def tenant_service(steps: list, tenant, weights: TokenWeights) -> np.ndarray:
     for k, step in enumerate(steps):
         for i, n in step:
             out[k, tenant[i]] += weights.decode_s if n == 1 else weights.prefill_s * n
+    return np.cumsum(out, axis=0)
+
+
+def measured_service(steps: list, contexts: list, durations, tenant, model: ModelSpec, gpu: GPUSpec) -> np.ndarray:
+    """GPU-seconds each tenant used up to the end of each step, measured without any token prices: each step's
+    duration is split among its sequences by their shares of the step's binding resource on the roofline, FLOPs
+    when the step is compute-bound, bytes when it is memory-bound (the weights' read split by tokens computed).
+    `steps` and `contexts` are a `Traced` policy's (each sequence's tokens and its context before the step),
+    `durations` the result's `step_duration_s`. Row k, column t: tenant t's total after step k.
+
+    >>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+    >>> got = measured_service([[(0, 1), (1, 1)]], [[8000, 1000]], [0.01], [0, 1], LLAMA3_8B, H100_SXM)
+    >>> round(float(got[0, 0] / got[0].sum()), 2)    # the weights split evenly; 8x the context, more KV read
+    0.53
+    """
+    tenant = np.asarray(tenant).ravel()
+    out = np.zeros((len(steps), int(tenant.max()) + 1 if tenant.size else 0))
+    m = model
+    for k, (step, ctx, d) in enumerate(zip(steps, contexts, np.asarray(durations, dtype=float), strict=True)):
+        ids = np.array([i for i, _ in step], dtype=np.int64)
+        n = np.array([t for _, t in step], dtype=float)
+        c = np.asarray(ctx, dtype=float)
+        pairs = n * c + n * (n + 1) / 2
+        flops = (2.0 * m.matmul_params * n + 2.0 * m.vocab_size * m.hidden_size
+                 + 4.0 * m.num_layers * m.num_heads * m.head_dim * pairs)
+        nbytes = m.weight_bytes * n / n.sum() + m.kv_bytes_per_token * (c + n)
+        total = cost_from_totals(m, gpu, int(n.sum()), len(ids), int(pairs.sum()), int(c.sum()))
+        share = flops / flops.sum() if total.bound == "compute" else nbytes / nbytes.sum()
+        np.add.at(out[k], tenant[ids], d * share)
     return np.cumsum(out, axis=0)

@@ -199,14 +199,18 @@ class Traced:
     (request id, tokens) pairs, in the order the policy returned them.
 
     >>> from servelab.costmodel import LLAMA2_7B, H100_SXM
+    >>> from servelab.simulator import Requests, simulate
     >>> traced = Traced(MixedBudget(max_num_batched_tokens=8))
     >>> _ = simulate(Requests([0, 0, 0], [6, 5, 3], [4, 4, 4]), traced, LLAMA2_7B, H100_SXM)
     >>> traced.steps[:3]
     [[(0, 6), (1, 2)], [(0, 1), (1, 3), (2, 3)], [(0, 1), (1, 1), (2, 1)]]
+    >>> traced.contexts[:3]
+    [[0, 0], [6, 2, 0], [7, 5, 3]]
     """
 
     policy: Policy
     steps: list = field(default_factory=list)
+    contexts: list = field(default_factory=list)     # each scheduled sequence's tokens computed before the step
 
     @property
     def name(self) -> str:
@@ -215,4 +219,5 @@ class Traced:
     def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
         ids, tokens = self.policy.schedule(state)
         self.steps.append(list(zip(np.asarray(ids).tolist(), np.asarray(tokens).tolist())))
+        self.contexts.append(state.computed[np.asarray(ids, dtype=np.int64)].tolist())
         return ids, tokens
