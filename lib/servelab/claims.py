@@ -20,7 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab import capacity, costmodel, queueing, serving
-from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
+from servelab.costmodel import (
+    DEFAULT_STEP_OVERHEAD_S,
+    H100_SXM,
+    H200,
+    LLAMA2_7B,
+    LLAMA3_8B,
+    LLAMA31_8B,
+    GPUSpec,
+    ModelSpec,
+)
 from servelab.serving import ServingPoint
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
@@ -97,6 +106,47 @@ def _ch03() -> list[Claim]:
         Claim(a, "1bff8089", "the 131,072-token prefill", long128, "The step model's {:.2f} s", last128),
         Claim(a, "1bff8089", "the share of peak an 8.6 s figure implies", long128 / 8.6, "same prefill at {:.1%}",
               last128),
+    ]
+
+
+def _ch04() -> list[Claim]:
+    """Chapter 04's opening: 100 requests behind one 2000-token system prompt, LLaMA-2-7B; the point is the decode
+    step of all 100 with the prompt in their context, on the H200 the chapter prices its reads on."""
+    from servelab.prefix_compare import compare, shared_system_prompt
+
+    a = "ch04_radix_cache"
+    runs = {r.label.strip(): r for r in compare(shared_system_prompt(n_requests=100, prompt_len=2000, seed=0),
+                                                cache_tokens=8192, block_sizes=(16, 256))}
+    radix, big = runs["radix (page 1)"], runs["block hash (256)"]
+    per_token = LLAMA2_7B.kv_bytes_per_token
+    step = ServingPoint.decode(LLAMA2_7B, H200, 100, 2000)
+    return [
+        Claim(a, "cell-02", "prefill tokens the radix cache skips", radix.skipped, "**{:,} prefill tokens skipped",
+              step),
+        Claim(a, "cell-02", "LLaMA-2-7B's KV per token, KiB", per_token / 1024, "LLaMA-2-7B's {:.0f} KiB of KV", step),
+        Claim(a, "cell-02", "one copy of the prompt, MiB", 2000 * per_token / 1024 ** 2, "= {:.0f} MiB, stored once",
+              step),
+        Claim(a, "cell-02", "tokens per request 256-token blocks reuse", big.skipped / 99, "7 × 256 = {:.0f} tokens",
+              step),
+    ]
+
+
+def _ch06() -> list[Claim]:
+    """Chapter 06's opening: one layer's decode attention for 64 sequences of 4096 tokens, Llama-3-8B's heads, on an
+    H200; the point is that decode step."""
+    from servelab.kernels import exercises as ex
+
+    a = "ch06_triton_paged_attention"
+    nbytes, flops = ex.decode_traffic([4096] * 64, num_q_heads=32, num_kv_heads=8, head_dim=128, bytes_per_element=2)
+    memory_s, compute_s = ex.roofline_time_s(nbytes, flops, H200)
+    step = ServingPoint.decode(LLAMA3_8B, H200, 64, 4096)
+    return [
+        Claim(a, "cell-03", "one layer's KV read, us", memory_s * 1e6, "**{:.0f} µs per layer", step),
+        Claim(a, "cell-03", "one layer's K and V, GB", nbytes / 1e9, "read {:.2f} GB of keys", step),
+        Claim(a, "cell-03", "one layer's attention FLOPs, G", flops / 1e9, "does {:.1f} GFLOP", step),
+        Claim(a, "cell-03", "its FLOPs per byte", flops / nbytes, "with them: {:.0f} FLOPs per byte", step),
+        Claim(a, "cell-03", "its compute time, us", compute_s * 1e6, "and the math {:.1f} µs", step),
+        Claim(a, "cell-03", "32 layers of it, ms", 32 * memory_s * 1e3, "that is {:.1f} ms per", step),
     ]
 
 
@@ -302,6 +352,8 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch01_continuous_batching": _ch01,
     "ch02_nanovllm_scheduler": _ch02,
     "ch03_token_budget": _ch03,
+    "ch04_radix_cache": _ch04,
+    "ch06_triton_paged_attention": _ch06,
     "ch09_capacity_and_concurrency": _ch09,
     "ch12_queueing_and_overload": _ch12,
     "ch13_fairness_and_priority": _ch13,
