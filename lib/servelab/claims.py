@@ -131,6 +131,18 @@ def _ch04() -> list[Claim]:
     ]
 
 
+def _ch05() -> list[Claim]:
+    """Chapter 05's opening: the radix cache's hit rate on eight five-turn chats at two cache sizes."""
+    from servelab.prefix_compare import multi_turn_chats, sweep_cache_sizes
+
+    a = "ch05_lock_ref_eviction"
+    runs = sweep_cache_sizes(multi_turn_chats(n_chats=8, turns=5, seed=0), [512, 1024], block_size=16)
+    hit = {r.cache_tokens: r.hit_rate for r in runs["radix (page 1)"]}
+    why = "a hit rate over 40 requests served through a cache of that many tokens (no model step is priced)"
+    return [Claim(a, "cell-02", "hit rate with 1024 tokens of KV", hit[1024], "**{:.0%} of the prefill", None, why),
+            Claim(a, "cell-02", "hit rate with 512 tokens of KV", hit[512], "KV, {:.0%} with 512.**", None, why)]
+
+
 def _ch06() -> list[Claim]:
     """Chapter 06's opening: one layer's decode attention for 64 sequences of 4096 tokens, Llama-3-8B's heads, on an
     H200; the point is that decode step."""
@@ -353,6 +365,7 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch02_nanovllm_scheduler": _ch02,
     "ch03_token_budget": _ch03,
     "ch04_radix_cache": _ch04,
+    "ch05_lock_ref_eviction": _ch05,
     "ch06_triton_paged_attention": _ch06,
     "ch09_capacity_and_concurrency": _ch09,
     "ch12_queueing_and_overload": _ch12,
