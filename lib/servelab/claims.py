@@ -106,6 +106,41 @@ def _ch03() -> list[Claim]:
         Claim(a, "1bff8089", "the 131,072-token prefill", long128, "The step model's {:.2f} s", last128),
         Claim(a, "1bff8089", "the share of peak an 8.6 s figure implies", long128 / 8.6, "same prefill at {:.1%}",
               last128),
+        *_ch03_drills(a),
+    ]
+
+
+def _ch03_drills(a: str) -> list[Claim]:
+    """The drills' answers as the solution's drills cell prints them, on their steps. Drill 3 is left out: its step
+    (a 16,384-token chunk beside 64 decodes) carries 16,448 tokens in a 16,384-token budget."""
+    c = "51386f4a"
+
+    def step(chunk: int, prefix: int, decodes=()) -> float:
+        return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=chunk, prefill_context=prefix,
+                                   decode_context_lens=list(decodes))
+
+    d1 = costmodel.max_decode_batch(costmodel.LLAMA2_7B, H100_SXM, 0.012, 4000)
+    d2 = sum(step(2048, p) for p in range(0, 65536, 2048)) + step(2048, 0)
+    d4 = sum(step(16384, p) for p in range(0, 98304, 16384))
+    chunk = costmodel.max_prefill_chunk(LLAMA31_8B, H100_SXM, 0.030, [2048] * 128, 8000)
+    d5 = costmodel.max_backlog_tokens(128 + chunk, 128, costmodel.step_time(LLAMA31_8B, H100_SXM, chunk, [2048] * 128,
+                                                                            8000), 1.0)
+    d6 = next(n for n in range(1, 1 << 14)
+              if costmodel.step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=n).bound == "compute")
+    d7 = costmodel.max_decode_batch(costmodel.LLAMA2_7B, H200, 0.012, 2048)
+    return [
+        Claim(a, c, "drill 1", d1, "drill_1 = {},", ServingPoint.decode(costmodel.LLAMA2_7B, H100_SXM, d1, 4000)),
+        Claim(a, c, "drill 2", d2, "drill_2 = {:.3f} s",
+              ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(2048,), prefill_prefix=63488,
+                           max_num_batched_tokens=2048)),
+        Claim(a, c, "drill 4", d4, "drill_4 = {:.2f} s",
+              ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(16384,), prefill_prefix=81920,
+                           max_num_batched_tokens=16384)),
+        Claim(a, c, "drill 5", d5, "drill_5 = {:,} tokens",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=(2048,) * 128, prefill_chunks=(chunk,),
+                           prefill_prefix=8000, max_num_batched_tokens=128 + chunk)),
+        Claim(a, c, "drill 6", d6, "drill_6 = {} tokens", ServingPoint(LLAMA3_8B, H100_SXM, prefill_chunks=(d6,))),
+        Claim(a, c, "drill 7", d7, "drill_7 = {}", ServingPoint.decode(costmodel.LLAMA2_7B, H200, d7, 2048)),
     ]
 
 
@@ -178,6 +213,63 @@ def _ch09() -> list[Claim]:
               _ceiling_point(LLAMA3_8B, H100_SXM, 2048)),
         *_ch09_steady_state(a),
         *_ch09_fleet(a),
+        *_ch09_interview(a),
+        *_ch09_drills(a),
+    ]
+
+
+def _ch09_interview(a: str) -> list[Claim]:
+    """The interview answer's ridge, cliff, per-sequence read and compute, Little's law at 50 requests a second and
+    the knee, each on its step."""
+    ridge = capacity.compute_ridge_batch(LLAMA3_8B, H100_SXM, 256)
+    cliff = capacity.cudagraph_capture_sizes(costmodel.DEFAULT_MAX_NUM_SEQS, 8192)[-1] + 1
+    read = 2048 * LLAMA3_8B.kv_bytes_per_token / H100_SXM.hbm_bandwidth
+    one = costmodel.cost_from_totals(LLAMA3_8B, H100_SXM, 1, 1, 2049, 2048)
+    mean = round(capacity.mean_context(64, 512))
+    a_s, b_s = capacity.step_line(LLAMA3_8B, H100_SXM, capacity.mean_context(64, 512))
+    fixed = capacity.resident_sequences(50, 512, a_s, b_s)
+    knee = capacity.budget_knee(LLAMA3_8B, H100_SXM, 64, 2048)
+    per_token = 2.0 * LLAMA3_8B.matmul_params / H100_SXM.peak_flops
+    return [
+        Claim(a, "cell-35", "the ridge batch at 256 tokens", ridge, "at 256 tokens that is {}",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, ridge, 255)),
+        Claim(a, "cell-35", "the first batch past the CUDA graphs", cliff, "step-time cliff at {}.",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, cliff, 255)),
+        Claim(a, "cell-35", "one sequence's KV read at 2K, us", read * 1e6, "of KV a step, {:.0f} us at",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, 1, 2048)),
+        Claim(a, "cell-35", "one token's compute at 2K, us", one.compute_s * 1e6, "one token, {:.0f} us at peak",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, 1, 2048)),
+        Claim(a, "cell-35", "the naive resident count at 50 requests/s", 50 * 512 * (a_s + b_s), "it says {:.0f} where",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, round(fixed), mean)),
+        Claim(a, "cell-35", "the fixed point at 50 requests/s", fixed, "the simulator, say {:.0f}.",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, round(fixed), mean)),
+        Claim(a, "cell-35", "the knee with 64 decodes at 2K", knee, "turns compute-bound: {} tokens",
+              ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(2047,) * 64, prefill_chunks=(knee - 64,))),
+        Claim(a, "cell-35", "a chunk token's matmul time, us", per_token * 1e6, "each costs {:.1f} us",
+              ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(2047,) * 64, prefill_chunks=(knee - 64,))),
+    ]
+
+
+def _ch09_drills(a: str) -> list[Claim]:
+    """The drills' answers as the solution's drills cell prints them, each on the step it describes."""
+    d1 = capacity.kv_ceiling(LLAMA3_8B, H200, 3000)
+    d2 = capacity.compute_ridge_batch(LLAMA3_8B, H200, 128)
+    a_s, b_s = capacity.step_line(LLAMA3_8B, H100_SXM, capacity.mean_context(64, 512))
+    d3 = capacity.resident_sequences(60, 512, a_s, b_s)
+    d4 = capacity.fleet_size(LLAMA3_8B, H100_SXM, 100e9, 2e9, 4000, 96)
+    d5 = capacity.prefill_share_ratio(0.75, capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, 4000),
+                                      capacity.decode_s_per_token(LLAMA3_8B, H100_SXM, 96, 4096))
+    d6 = capacity.budget_knee(LLAMA3_8B, H100_SXM, 96, 4096)
+    c = "cell-36"
+    return [
+        Claim(a, c, "drill 1", d1, "drill_1 = {},", _ceiling_point(LLAMA3_8B, H200, 3000)),
+        Claim(a, c, "drill 2", d2, "drill_2 = {},", ServingPoint.decode(LLAMA3_8B, H200, d2, 127)),
+        Claim(a, c, "drill 3", d3, "drill_3 = {:.1f} sequences",
+              ServingPoint.decode(LLAMA3_8B, H100_SXM, round(d3), round(capacity.mean_context(64, 512)))),
+        Claim(a, c, "drill 4", d4.gpus, "drill_4 = {} GPUs", ServingPoint.decode(LLAMA3_8B, H100_SXM, 96, 4040)),
+        Claim(a, c, "drill 5", d5, "drill_5 = {:.1f} input tokens", ServingPoint.decode(LLAMA3_8B, H100_SXM, 96, 4096)),
+        Claim(a, c, "drill 6", d6, "drill_6 = {} tokens",
+              ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(4096,) * 96, prefill_chunks=(d6 - 96,))),
     ]
 
 
@@ -286,6 +378,23 @@ def _ch12() -> list[Claim]:
         Claim(a, "cell-05", "the limit at sigma 0.8 in the walkthrough", s08, "{:.3f} at σ = 0.8", step),
         Claim(a, "cell-29", "the interview answer's equal prompts", equal * 100, "equal prompts allow {:.0f}%", step),
         Claim(a, "cell-29", "the interview answer's log-normal prompts", s08 * 100, "allow {:.0f}%.", step),
+        *_ch12_drills(a),
+    ]
+
+
+def _ch12_drills(a: str) -> list[Claim]:
+    """The drills' answers as the solution's drills cell prints them: queueing numbers, no single step."""
+    why = "a queueing number (a utilization, a drain time, a count of requests), not a step"
+    d4 = max((b for b in range(0, 30_001) if queueing.admit_by_deadline(b, 3000, 12_000, 2.0)), default=-1)
+    return [
+        Claim(a, "cell-30", "drill 1", queueing.utilization_limit(1.0, 0.15, math.exp(0.8 ** 2) - 1),
+              "drill_1 = {:.3f},", None, why),
+        Claim(a, "cell-30", "drill 2", queueing.drain_time(80, 25, 40, 60), "drill_2 = {:.1f} s", None, why),
+        Claim(a, "cell-30", "drill 3", queueing.dead_requests(80, 25, 40, 60, 20), "drill_3 = {:,.0f} requests", None,
+              why),
+        Claim(a, "cell-30", "drill 4", d4, "drill_4 = {:,} tokens", None, why),
+        Claim(a, "cell-30", "drill 5", sum(queueing.retry_delay(k, 0.25, 1.5) for k in range(5)), "drill_5 = {:.2f} s",
+              None, why),
     ]
 
 
@@ -308,6 +417,30 @@ def _ch13() -> list[Claim]:
         Claim(a, "cell-27", "the KV cache the quota is cut from", costmodel.kv_capacity_tokens(LLAMA31_8B, H100_SXM),
               "holds {:,} tokens", full_cache(LLAMA31_8B, H100_SXM)),
         *_ch13_shares(a),
+        *_ch13_drills(a),
+    ]
+
+
+def _ch13_drills(a: str) -> list[Claim]:
+    """The drills' answers as the solution's drills cell prints them, on their steps."""
+    from servelab import fairness
+
+    d1 = fairness.interactive_tpot(LLAMA31_8B, H100_SXM, 96, 1500, 12, 24000) * 1e3
+    d2 = fairness.batch_kv_quota(LLAMA31_8B, H100_SXM, 0.020, 96, 1500, 24000)
+    w = fairness.token_weights(LLAMA31_8B, H100_SXM, 2000, 64, 2000)
+    chat = 500 * w.prefill_s + 300 * w.decode_s
+    d3 = (0.9 / (1 - 0.9) * chat - 300 * w.decode_s) / w.prefill_s
+    w4 = fairness.token_weights(LLAMA31_8B, H100_SXM, 2000, 32, 4000)
+    chats = (1500,) * 96
+    return [
+        Claim(a, "cell-28", "drill 1", d1, "drill_1 = {:.2f} ms",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=chats + (24000,) * 12)),
+        Claim(a, "cell-28", "drill 2", d2, "drill_2 = {:,} tokens",
+              ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=chats + (24000,) * (d2 // 24000))),
+        Claim(a, "cell-28", "drill 3", d3, "drill_3 = {:,.0f} tokens", None,
+              "a prompt length that gives a share under request turns, priced at flat weights"),
+        Claim(a, "cell-28", "drill 4", w4.decode_s / w4.prefill_s, "drill_4 = {:.2f}",
+              ServingPoint.decode(LLAMA31_8B, H100_SXM, 32, 4000)),
     ]
 
 

@@ -280,7 +280,7 @@ def _prefill_s(model, prompt: int, chunk: int) -> float:
 
 # The walkthrough's claims print their own answers (the batch at 2048 tokens of context, the wait behind a
 # 32,768-token prompt, the last step and the lockout of a 131,072-token one): drills 1-4 ask for variants of them.
-Q1_CONTEXT = 4096                     # drill 1: tokens of context per sequence
+Q1_CONTEXT = 4000                     # drill 1: tokens of context per sequence (LLaMA-2 holds 4,096)
 Q2_PROMPT, Q2_BUDGET = 65536, 2048    # drill 2: the long prompt, the token budget
 Q3_PROMPT, Q3_CHUNK = 98304, 16384    # drills 3 and 4: the long prompt, the token budget
 
@@ -313,8 +313,8 @@ Q4_DECODES, Q4_PREFIX, Q4_TPOT_S, Q4_TTFT_S = [2048] * 128, 8000, 0.030, 1.0
 def q4_plan() -> dict:
     """Llama-3-8B, TPOT 30 ms, TTFT 1 s, 128 decoders at 2048, chunks on 8000 cached tokens: the chunk the TPOT
     target allows, the budget, the step, the whole steps within the TTFT target and the limit."""
-    chunk = costmodel.max_prefill_chunk(LLAMA3_8B, H100_SXM, Q4_TPOT_S, Q4_DECODES, Q4_PREFIX)
-    step = costmodel.step_time(LLAMA3_8B, H100_SXM, chunk, Q4_DECODES, Q4_PREFIX)
+    chunk = costmodel.max_prefill_chunk(LLAMA31_8B, H100_SXM, Q4_TPOT_S, Q4_DECODES, Q4_PREFIX)
+    step = costmodel.step_time(LLAMA31_8B, H100_SXM, chunk, Q4_DECODES, Q4_PREFIX)
     budget = len(Q4_DECODES) + chunk
     return {"chunk": chunk, "budget": budget, "step_s": step, "steps": math.floor(Q4_TTFT_S / step),
             "limit": costmodel.max_backlog_tokens(budget, len(Q4_DECODES), step, Q4_TTFT_S)}

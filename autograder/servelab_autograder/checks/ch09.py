@@ -177,7 +177,7 @@ def _knee_random(rng: random.Random):
 D1_CONTEXT = 3000
 D2_CONTEXT = 128
 D3_RATE, D3_PROMPT, D3_OUTPUT = 60.0, 64, 512
-D4 = dict(input_tokens_per_day=100e9, output_tokens_per_day=2e9, prompt_len=4000, batch=128)
+D4 = dict(input_tokens_per_day=100e9, output_tokens_per_day=2e9, prompt_len=4000, batch=96)   # 114 fit at 4080
 D5_PROMPT, D5_BATCH, D5_CONTEXT = 4000, 96, 4096
 D6_DECODES, D6_CONTEXT = 96, 4096
 
@@ -220,7 +220,7 @@ DRILLS = Drills("test_drills", (
           "tokens, Llama-3-8B on one H100", lambda: capacity.resident_sequences(D3_RATE, D3_OUTPUT, *d3_line()),
           rel_tol=0.01, hints=((D3_RATE * D3_OUTPUT * sum(d3_line()), _pitfall("resident_naive_step")),)),
     Drill("drill_4", "H100s for 100 billion input and 2 billion output tokens a day, 4000-token prompts, decode batch "
-          "128, 8192-token prefill steps, Llama-3-8B", lambda: _d4_plan().gpus,
+          f"{D4['batch']}, 8192-token prefill steps, Llama-3-8B", lambda: _d4_plan().gpus,
           hints=((math.ceil(_d4_plan().decode_gpu_hours / 24), _pitfall("fleet_decode_only")),
                  (math.floor(_d4_plan().gpu_hours / 24), _pitfall("fleet_rounds_down")))),
     Drill("drill_5", f"input:output token ratio at which prefill is three quarters of the GPU time ({D5_PROMPT}-token "
