@@ -272,6 +272,23 @@ def test_the_gpu_profile_script_measures_nothing_without_a_gpu(capsys):
     assert capsys.readouterr().out == "no CUDA device: nothing measured\n"
 
 
+def test_the_graph_cliff_script_runs_its_smoke_test(capsys):
+    """scripts/gpu_graph_cliff.py: eager only on the CPU, labelled; without --smoke and without a GPU, nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_graph_cliff.py"
+    spec = importlib.util.spec_from_file_location("gpu_graph_cliff", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--smoke", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "not a GPU figure" in out and "| 4 |" in out
+    if not torch.cuda.is_available():
+        assert script.main([]) == 0
+        assert "nothing measured" in capsys.readouterr().out
+
+
 def test_asynchronous_scheduling_generates_what_each_request_generates_alone(tiny, seed=0):
     """Step n+1 scheduled before step n's tokens exist (servelab.async_scheduler): batched == alone still."""
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
