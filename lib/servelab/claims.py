@@ -383,6 +383,10 @@ def _ch12() -> list[Claim]:
         times = np.array([_prefill_s(x) for x in lengths])
         return float(times.var() / times.mean() ** 2)
 
+    def lengths_cv2(sigma: float) -> float:
+        lengths = lognormal_lengths(1500, prompt * math.exp(-sigma ** 2 / 2), sigma, seed=2, high=8 * prompt)
+        return float(np.var(lengths) / np.mean(lengths) ** 2)
+
     equal = queueing.utilization_limit(0.8, 0.1, 0.0)
     s08, s06 = (queueing.utilization_limit(0.8, 0.1, times_cv2(s)) for s in (0.8, 0.6))
     return [
@@ -392,6 +396,15 @@ def _ch12() -> list[Claim]:
         Claim(a, "cell-05", "the limit at sigma 0.8 in the walkthrough", s08, "{:.3f} at σ = 0.8", step),
         Claim(a, "cell-29", "the interview answer's equal prompts", equal * 100, "equal prompts allow {:.0f}%", step),
         Claim(a, "cell-29", "the interview answer's log-normal prompts", s08 * 100, "allow {:.0f}%.", step),
+        Claim(a, "cell-29", "the prefill times' cv2 at sigma 0.8", times_cv2(0.8),
+              "give prefill times with cv² = {:.2f}", step),
+        Claim(a, "cell-29", "the lengths' cv2 at sigma 0.8", lengths_cv2(0.8), "more than the lengths' {:.2f}", step),
+        Claim(a, "cell-29", "requests a one-minute spike at twice capacity leaves", (20 - 10) * 60.0,
+              "capacity of 10 a second leaves {:.0f}\nrequests queued", None, "a queue length, not a step"),
+        Claim(a, "cell-29", "seconds they take to drain", queueing.drain_time(20, 5, 10, 60), "still arriving, {:.0f} "
+              "seconds", None, "a drain time, not a step"),
+        Claim(a, "cell-29", "answers that go to clients who left", queueing.dead_requests(20, 5, 10, 60, 30),
+              "client timeout, {:.0f} of those", None, "a count of requests, not a step"),
         *_ch12_drills(a),
     ]
 
