@@ -444,7 +444,26 @@ def _ch13() -> list[Claim]:
         Claim(a, "cell-27", "the KV cache the quota is cut from", costmodel.kv_capacity_tokens(LLAMA31_8B, H100_SXM),
               "holds {:,} tokens", full_cache(LLAMA31_8B, H100_SXM)),
         *_ch13_shares(a),
+        *_ch13_interview(a),
         *_ch13_drills(a),
+    ]
+
+
+def _ch13_interview(a: str) -> list[Claim]:
+    """The interview answer's token prices and the documents the 30 ms target alone would allow."""
+    from servelab import fairness
+
+    flat = fairness.token_weights(LLAMA31_8B, H100_SXM, prompt_len=2000, batch=64, context_len=2000)
+    by_target = max(n for n in range(0, 200)
+                    if fairness.interactive_tpot(LLAMA31_8B, H100_SXM, 64, 2000, n, 16000) <= 0.030)
+    return [
+        Claim(a, "cell-27", "a prompt token's flat price, us", flat.prefill_s * 1e6, "a prompt token costs {:.0f} us",
+              ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(2000,) * 4)),
+        Claim(a, "cell-27", "an output token's flat price over a prompt token's", flat.decode_s / flat.prefill_s,
+              "takes about {:.0f} times the GPU time", ServingPoint.decode(LLAMA31_8B, H100_SXM, 64, 2000)),
+        Claim(a, "cell-27", "documents of 16K the 30 ms target alone allows", by_target,
+              "the step has time for {} documents", None,
+              "a count the KV cache then refuses: the sentence goes on to the 21 that fit"),
     ]
 
 
