@@ -388,6 +388,9 @@ def _ch12() -> list[Claim]:
         return float(np.var(lengths) / np.mean(lengths) ** 2)
 
     equal = queueing.utilization_limit(0.8, 0.1, 0.0)
+    # a target on the mean: the largest rho whose M/D/1 mean wait rho s / (2 (1 - rho)) leaves 800 ms - s
+    mean_target = 2 * (0.8 - 0.1) / (0.1 + 2 * (0.8 - 0.1))
+    mean_wait = queueing.mg1_mean_wait(equal, 0.1)
     s08, s06 = (queueing.utilization_limit(0.8, 0.1, times_cv2(s)) for s in (0.8, 0.6))
     return [
         Claim(a, "cell-03", "p99 800 ms over 100 ms prefills, equal prompts", equal * 100, "{:.0f}% utilization", step),
@@ -405,6 +408,13 @@ def _ch12() -> list[Claim]:
               "seconds", None, "a drain time, not a step"),
         Claim(a, "cell-29", "answers that go to clients who left", queueing.dead_requests(20, 5, 10, 60, 30),
               "client timeout, {:.0f} of those", None, "a count of requests, not a step"),
+        Claim(a, "cell-29", "the p99 wait over the mean wait at the 70% limit",
+              queueing.wait_quantile(0.99, equal, mean_wait) / mean_wait, "the p99 wait is {:.1f} times the mean",
+              step),
+        Claim(a, "cell-29", "the utilization a mean-TTFT target of 800 ms allows", mean_target * 100,
+              "would allow {:.0f}% utilization", None, "a utilization of the queue, not a step"),
+        Claim(a, "cell-29", "the p99 TTFT there", queueing.ttft_quantile(0.99, mean_target, 0.1),
+              "the p99 TTFT is {:.1f} s", None, "a queueing delay, not a step"),
         *_ch12_drills(a),
     ]
 
