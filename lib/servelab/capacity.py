@@ -369,6 +369,15 @@ def time_weighted_running(result, t_from: float, t_to: float) -> float:
 # a fleet sized for throughput only
 
 
+def _computed_of(prompt_len: int, cached_prefix: int) -> tuple[int, int]:
+    """(cached_prefix, the prompt tokens computed): a prefix-cache hit must leave at least one token to compute."""
+    cached_prefix = _count("cached_prefix", cached_prefix, low=0)
+    if cached_prefix >= prompt_len:
+        raise ValueError(f"cached_prefix ({cached_prefix}) must leave at least one prompt token to compute "
+                         f"(prompt_len {prompt_len})")
+    return cached_prefix, prompt_len - cached_prefix
+
+
 def prefill_s_per_token(model: ModelSpec, gpu: GPUSpec, prompt_len: int, budget: int = 8192,
                         overhead_s: float = DEFAULT_STEP_OVERHEAD_S, cached_prefix: int = 0) -> float:
     """GPU-seconds per prompt token computed, prefilling prompts of `prompt_len` tokens in steps of `budget`
@@ -382,11 +391,7 @@ def prefill_s_per_token(model: ModelSpec, gpu: GPUSpec, prompt_len: int, budget:
     14.71
     """
     prompt_len, budget = _count("prompt_len", prompt_len), _count("budget", budget)
-    cached_prefix = _count("cached_prefix", cached_prefix, low=0)
-    if cached_prefix >= prompt_len:
-        raise ValueError(f"cached_prefix ({cached_prefix}) must leave at least one prompt token to compute "
-                         f"(prompt_len {prompt_len})")
-    todo = prompt_len - cached_prefix
+    cached_prefix, todo = _computed_of(prompt_len, cached_prefix)
     if todo <= budget:
         k = budget // todo
         return costmodel.step_time(model, gpu, [todo] * k, prefill_context=cached_prefix,
@@ -495,13 +500,9 @@ def mixed_step(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, outp
     input_tokens_per_day = _positive("input_tokens_per_day", input_tokens_per_day)
     output_tokens_per_day = _positive("output_tokens_per_day", output_tokens_per_day)
     prompt_len, batch, budget = _count("prompt_len", prompt_len), _count("batch", batch), _count("budget", budget)
-    cached_prefix = _count("cached_prefix", cached_prefix, low=0)
-    if cached_prefix >= prompt_len:
-        raise ValueError(f"cached_prefix ({cached_prefix}) must leave at least one prompt token to compute "
-                         f"(prompt_len {prompt_len})")
+    cached_prefix, todo = _computed_of(prompt_len, cached_prefix)
     if batch >= budget:
         raise ValueError(f"a budget of {budget} tokens leaves no room for prompt tokens beside {batch} decodes")
-    todo = prompt_len - cached_prefix
     context = round(prompt_len + output_tokens_per_day * prompt_len / input_tokens_per_day / 2)
     supplied = batch * input_tokens_per_day / output_tokens_per_day * todo / prompt_len
     carried = min(supplied, budget - batch)
@@ -509,9 +510,7 @@ def mixed_step(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, outp
     cost = costmodel.cost_from_totals(model, gpu, num_tokens=batch + carried, num_seqs=batch + carried / todo,
                                       attention_pairs=batch * (context + 1) + carried * pairs_per_token,
                                       kv_read_tokens=batch * context + carried * cached_prefix / todo)
-    decode_flops = (2.0 * model.matmul_params * batch + 2.0 * model.vocab_size * model.hidden_size * batch
-                    + 4.0 * model.num_layers * model.num_heads * model.head_dim * batch * (context + 1))
-    return MixedStep(cost, decode_flops, carried, supplied)
+    return MixedStep(cost, _decode_cost(model, gpu, batch, context).flops, carried, supplied)
 
 
 def mixed_fleet_size(model: ModelSpec, gpu: GPUSpec, input_tokens_per_day: float, output_tokens_per_day: float,

@@ -63,9 +63,10 @@ class ContextWeights:
 
     def cost(self, prefill_tokens: float, decode_tokens: float, context: float = 0) -> float:
         m, n = self.model, prefill_tokens
-        pairs = n * context + n * (n + 1) / 2
-        prefill = ((2.0 * m.matmul_params * n + 4.0 * m.num_layers * m.num_heads * m.head_dim * pairs)
-                   / self.gpu.peak_flops + self.overhead_s * n / self.budget)
+        # the chunk's matmuls and attention at peak (no LM-head row: num_seqs 0)
+        chunk = costmodel.cost_from_totals(m, self.gpu, num_tokens=n, num_seqs=0,
+                                           attention_pairs=n * context + n * (n + 1) / 2, kv_read_tokens=context)
+        prefill = chunk.compute_s + self.overhead_s * n / self.budget
         decode = decode_tokens * ((m.weight_bytes / self.batch + m.kv_bytes_per_token * (context + 1))
                                   / self.gpu.hbm_bandwidth + self.overhead_s / self.batch)
         return prefill + decode

@@ -258,10 +258,9 @@ def measured_service(steps: list, contexts: list, durations, tenant, model: Mode
         n = np.array([t for _, t in step], dtype=float)
         c = np.asarray(ctx, dtype=float)
         pairs = n * c + n * (n + 1) / 2
-        flops = (2.0 * m.matmul_params * n + 2.0 * m.vocab_size * m.hidden_size
-                 + 4.0 * m.num_layers * m.num_heads * m.head_dim * pairs)
-        nbytes = m.weight_bytes * n / n.sum() + m.kv_bytes_per_token * (c + n)
+        each = cost_from_totals(m, gpu, n, np.ones_like(n), pairs, c)      # per sequence, elementwise
+        nbytes = m.weight_bytes * n / n.sum() + each.kv_read_bytes + each.kv_write_bytes
         total = cost_from_totals(m, gpu, int(n.sum()), len(ids), int(pairs.sum()), int(c.sum()))
-        share = flops / flops.sum() if total.bound == "compute" else nbytes / nbytes.sum()
+        share = each.flops / each.flops.sum() if total.bound == "compute" else nbytes / nbytes.sum()
         np.add.at(out[k], tenant[ids], d * share)
     return np.cumsum(out, axis=0)
