@@ -242,15 +242,20 @@ def test_text_prompts_go_through_the_tokenizer(tiny, tmp_path):
         L.LLM(tiny, block_size=4, num_kvcache_blocks=32).add_request("w1 w2")
 
 
-def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
-    """scripts/gpu_engine.py measures on a GPU only; --smoke checks it on the CPU and labels what it prints."""
+def _script(name: str):
+    """scripts/<name>.py as a module (scripts/ is no package)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_engine.py"
-    spec = importlib.util.spec_from_file_location("gpu_engine", path)
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
+    """scripts/gpu_engine.py measures on a GPU only; --smoke checks it on the CPU and labels what it prints."""
+    script = _script("gpu_engine")
     assert script.main(["--smoke", "--steps", "1"]) == 0
     assert "not a GPU figure" in capsys.readouterr().out
     config = script.llama3_8b()
@@ -259,13 +264,7 @@ def test_the_gpu_engine_script_runs_its_smoke_test(capsys):
 
 def test_the_gpu_profile_script_measures_nothing_without_a_gpu(capsys):
     """scripts/gpu_engine_profile.py imports here and, with no CUDA device, says so instead of measuring."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_engine_profile.py"
-    spec = importlib.util.spec_from_file_location("gpu_engine_profile", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("gpu_engine_profile")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the script would measure (run it by hand)")
     assert script.main() == 0
@@ -274,13 +273,7 @@ def test_the_gpu_profile_script_measures_nothing_without_a_gpu(capsys):
 
 def test_the_graph_cliff_script_runs_its_smoke_test(capsys):
     """scripts/gpu_graph_cliff.py: eager only on the CPU, labelled; without --smoke and without a GPU, nothing."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_graph_cliff.py"
-    spec = importlib.util.spec_from_file_location("gpu_graph_cliff", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("gpu_graph_cliff")
     assert script.main(["--smoke", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "not a GPU figure" in out and "| 4 |" in out
