@@ -6,7 +6,7 @@
 The model is `ModelConfig.tiny("llama")` with seeded random weights (2 layers, hidden 64, 4 query heads on 2
 KV heads of 16), fp32, torch's own threads. The workload: 16 prompts of 24-64 tokens (seeded), 32 greedy
 tokens each. Three ways to produce the same tokens (the script checks that they agree):
-- the engine, `servelab.llm.LLM` with the torch attention path, every request submitted at once: batched
+- the engine, `servelab.engine.llm.LLM` with the torch attention path, every request submitted at once: batched
   steps over the paged KV cache (block size 16);
 - a plain loop: one request after another, each with its own contiguous KV cache (`model.generate_alone`);
 - no cache: one request after another, every token recomputing the whole sequence.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from servelab import llm as L
-from servelab import model as sm
+from servelab.engine import llm as L
+from servelab.engine import model as sm
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 MARK = L.BENCH_MARK

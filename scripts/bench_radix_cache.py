@@ -21,7 +21,7 @@ import argparse
 import random
 import time
 
-from servelab.radix_cache import RadixCache
+from servelab.schedulers.radix_cache import RadixCache
 
 OPS = ("match", "insert", "lock", "unlock", "evict")
 WEIGHTS = (45, 30, 10, 10, 5)

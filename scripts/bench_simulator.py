@@ -33,8 +33,8 @@ import resource
 import sys
 import time
 
-from servelab.costmodel import H100_SXM, LLAMA3_8B, max_backlog_tokens, max_prefill_chunk, step_time
-from servelab.fairness import token_weights
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, max_backlog_tokens, max_prefill_chunk, step_time
+from servelab.analytic.fairness import token_weights
 from servelab.simulator import (
     BacklogAdmission,
     Backoff,

@@ -1,4 +1,4 @@
-"""How fast servelab.vllm_scheduler's Scheduler steps: schedule() + update_from_output() calls per second.
+"""How fast servelab.schedulers.vllm_scheduler's Scheduler steps: schedule() + update_from_output() calls per second.
 
     python scripts/bench_vllm_scheduler.py             # print the table
     python scripts/bench_vllm_scheduler.py --write     # and record it in bench/results.md (run by `make bench`)
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from servelab import vllm_scheduler as vs
+from servelab.schedulers import vllm_scheduler as vs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402

@@ -3,7 +3,7 @@
     python scripts/gpu_engine.py            # on a CUDA GPU: Llama-3-8B's shape, random bf16 weights
     python scripts/gpu_engine.py --smoke    # anywhere: a tiny model on the CPU, to check the script runs
 
-On a GPU the model has Llama-3-8B's dimensions (`servelab.costmodel.LLAMA3_8B`) with seeded random weights in
+On a GPU the model has Llama-3-8B's dimensions (`servelab.analytic.costmodel.LLAMA3_8B`) with seeded random weights in
 bf16 (about 16 GB), attention through the chapter 06 Triton kernels, compiled. For each batch size B, B
 requests with 512-token prompts are prefilled, then the script times `--steps` decode steps of the whole
 batch (after two warm-up steps) and prints the measured decode tokens/s next to the roofline prediction for
@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 import servelab.kernels  # noqa: F401  (before triton: it picks compiled or interpreted kernels)
-from servelab import costmodel as cm
-from servelab import llm as L
-from servelab import model as sm
+from servelab.analytic import costmodel as cm
+from servelab.engine import llm as L
+from servelab.engine import model as sm
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "kernels_results.md"
 PROMPT = 512

@@ -23,8 +23,8 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 import gpu_engine  # noqa: E402
 
-from servelab import llm as L  # noqa: E402
-from servelab import model as sm  # noqa: E402
+from servelab.engine import llm as L  # noqa: E402
+from servelab.engine import model as sm  # noqa: E402
 
 
 def timed(fn, n: int = 4) -> float:

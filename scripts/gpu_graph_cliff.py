@@ -4,7 +4,7 @@ one captured graph, at Llama-3-8B's shape on a GPU, by batch size.
     python scripts/gpu_graph_cliff.py            # on a CUDA GPU: about a minute; prints a table, writes nothing
     python scripts/gpu_graph_cliff.py --smoke    # anywhere: a tiny model on the CPU, eager only (no graphs there)
 
-The model is `servelab.model.Model` with seeded random bf16 weights and Llama-3-8B's dimensions; attention is
+The model is `servelab.engine.model.Model` with seeded random bf16 weights and Llama-3-8B's dimensions; attention is
 torch's scaled_dot_product_attention of each new token over a static cache of `--context` tokens (one K/V tensor
 for every layer: what is timed is the launches and the bytes, not the cache's contents). An engine that captures
 decode batches up to some size (vLLM: 512 by default) replays a graph below it and runs eagerly above it; the
@@ -24,7 +24,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 import gpu_engine  # noqa: E402
 
-from servelab import model as sm  # noqa: E402
+from servelab.engine import model as sm  # noqa: E402
 
 
 def decode_step(model: sm.Model, batch: int, context: int, device: str, dtype):

@@ -37,7 +37,7 @@ import zipfile
 from array import array
 from pathlib import Path
 
-from servelab.radix_cache import RadixCache
+from servelab.schedulers.radix_cache import RadixCache
 
 SGLANG_VERSION = "0.5.23"
 CACHE_DIR = Path.home() / ".cache" / "servelab-peers"

@@ -31,7 +31,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab import scheduler as sl
+from servelab.schedulers import scheduler as sl
 
 EOS = 1
 NUM_REQUESTS = 2000

@@ -1,4 +1,4 @@
-"""The lesson's Step 2 code, verbatim: the oracle for servelab.scheduler with prefix caching off.
+"""The lesson's Step 2 code, verbatim: the oracle for servelab.schedulers.scheduler with prefix caching off.
 
 Kept as the lesson wrote it (no servelab imports) so that tests can compare step by step.
 """

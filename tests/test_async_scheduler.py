@@ -1,7 +1,7 @@
-"""Asynchronous scheduling (servelab.async_scheduler) generates what synchronous scheduling generates.
+"""Asynchronous scheduling (servelab.schedulers.async_scheduler) generates what synchronous scheduling generates.
 
 Seeded workloads with end-of-sequence tokens, chunked prefills, preemption and prefix-cache hits run through the
-synchronous Scheduler (servelab.engine's loop) and the AsyncScheduler (one step in flight); every request's
+synchronous Scheduler (servelab.engine.driver's loop) and the AsyncScheduler (one step in flight); every request's
 tokens are the same. The cost of scheduling ahead is counted exactly on hand-made cases.
 """
 
@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from servelab.async_scheduler import AsyncScheduler, Step, fake_model, run_async
-from servelab.engine import Engine
-from servelab.scheduler import SamplingParams, Scheduler, Sequence
+from servelab.engine.driver import Engine
+from servelab.schedulers.async_scheduler import AsyncScheduler, Step, fake_model, run_async
+from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
 
 VOCAB, EOS = 8, 3   # a small vocabulary, so that end-of-sequence comes up often
 
@@ -153,7 +153,7 @@ def test_a_preempted_sequence_waits_for_its_token_in_flight():
 
 
 def _alone(prompt, n):
-    from servelab.engine import expected
+    from servelab.engine.driver import expected
 
     return expected(prompt, n)
 
@@ -165,7 +165,7 @@ def test_it_refuses_what_can_never_fit_like_the_synchronous_scheduler():
 
 
 def test_overlap_speedup_is_the_sum_over_the_longer_of_cpu_and_gpu_time():
-    from servelab.async_scheduler import overlap_speedup
+    from servelab.schedulers.async_scheduler import overlap_speedup
 
     assert overlap_speedup(1.0, 1.0) == 2.0 and overlap_speedup(0.0, 3.0) == 1.0
     for r in (0.1, 0.5, 2.0, 10.0):
@@ -179,13 +179,13 @@ def test_overlap_speedup_is_the_sum_over_the_longer_of_cpu_and_gpu_time():
 def test_the_module_examples_hold():
     import doctest
 
-    from servelab import async_scheduler
+    from servelab.schedulers import async_scheduler
 
     assert doctest.testmod(async_scheduler).failed == 0
 
 
 def test_wasted_work_of_a_trace_is_what_the_scheduler_counted():
-    from servelab.async_scheduler import trace_of, wasted_work
+    from servelab.schedulers.async_scheduler import trace_of, wasted_work
 
     for seed in range(0, 300, 5):
         config, reqs = workload(random.Random(seed))
@@ -199,7 +199,7 @@ def test_wasted_work_of_a_trace_is_what_the_scheduler_counted():
 
 
 def test_walk_shows_the_placeholders_and_the_wasted_slot():
-    from servelab.async_scheduler import walk
+    from servelab.schedulers.async_scheduler import walk
 
     # the fake model's first token after [1, 2] is 100: make it eos; the decode scheduled for it is wasted
     sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, eos=100)

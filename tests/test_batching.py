@@ -1,4 +1,4 @@
-"""servelab.batching: lesson Step 1 verbatim, arrivals against a step-by-step simulation, and the
+"""servelab.analytic.batching: lesson Step 1 verbatim, arrivals against a step-by-step simulation, and the
 gain formula of question 5 against Monte Carlo with the workload generators."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections import deque
 
 import pytest
 
-from servelab import batching, workloads
-from servelab.batching import naive_continuous, simulate_continuous, simulate_static
+from servelab.analytic import batching, workloads
+from servelab.analytic.batching import naive_continuous, simulate_continuous, simulate_static
 
 
 def test_lesson_step1_asserts():

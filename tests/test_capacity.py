@@ -1,5 +1,5 @@
-"""servelab.capacity: the ceilings on running sequences, Little's law's fixed point, the fleet and the knee, each
-checked against a value derived by hand from the model's shapes and the GPU's datasheet numbers."""
+"""servelab.analytic.capacity: the ceilings on running sequences, Little's law's fixed point, the fleet and the knee,
+each checked against a value derived by hand from the model's shapes and the GPU's datasheet numbers."""
 
 import dataclasses
 import doctest
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from servelab import capacity, costmodel
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic import capacity, costmodel
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 from servelab.simulator import MixedBudget, Requests, fixed_lengths, poisson_arrivals, simulate
 
 KV = 2 * 32 * 8 * 128 * 2          # Llama-3-8B: K and V, 32 layers, 8 KV heads of 128, bf16

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
-from servelab import batching
+from servelab.analytic import batching
 from servelab_autograder import ch01, plain, release, verdicts
 from servelab_autograder.checks import ch01 as table
 
@@ -46,7 +46,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.batching" and callable(getattr(batching, name)), ref
+        assert module == "servelab.analytic.batching" and callable(getattr(batching, name)), ref
 
 
 def test_messages_show_input_got_and_expected():
@@ -130,12 +130,12 @@ def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
     script = textwrap.dedent("""
         import importlib, json
-        from servelab import batching
+        from servelab.analytic import batching
         out = {}
         calls = {"simulate_static": ([5, 1], 2), "naive_continuous": ([5, 1], 2), "expected_max": ([0.5, 0.5], 2),
                  "pmf_mean": ([0.5, 0.5],), "geometric_pmf": (10,)}
         for name, args in calls.items():
-            fn = getattr(importlib.import_module("servelab.batching"), name)
+            fn = getattr(importlib.import_module("servelab.analytic.batching"), name)
             try:
                 fn(*args)
                 out[name] = "ran"
@@ -148,8 +148,8 @@ def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
     import json
 
     got = json.loads(done.stdout)
-    assert got["simulate_static"] == ("servelab.batching.simulate_static is not available while grading: the grader "
-                                      "compares your code with it")
+    assert got["simulate_static"] == ("servelab.analytic.batching.simulate_static is not available while grading: "
+                                      "the grader compares your code with it")
     assert "not available" in got["naive_continuous"] and "not available" in got["expected_max"]
     assert got["pmf_mean"] == "ran" and got["geometric_pmf"] == "ran"  # helpers the exercises may use
 
@@ -160,8 +160,8 @@ def test_the_grading_library_holds_no_reference_code_to_read_and_run(tmp_path):
     from servelab_autograder import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
-    original = (ROOT / "lib" / "servelab" / "batching.py").read_text()
-    copy = (lib / "batching.py").read_text()
+    original = (ROOT / "lib" / "servelab" / "analytic" / "batching.py").read_text()
+    copy = (lib / "analytic" / "batching.py").read_text()
     defs = {n.name: n for n in ast.parse(original).body if isinstance(n, ast.FunctionDef)}
     for ref in CHAPTER.references:
         body = defs[ref.split(":")[1]].body

@@ -21,7 +21,7 @@ import textwrap
 import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
-from servelab.scheduler import BlockManager, Scheduler
+from servelab.schedulers.scheduler import BlockManager, Scheduler
 from servelab_autograder import ch02, plain, release, verdicts
 from servelab_autograder.checks import ch02 as table
 
@@ -46,7 +46,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         cls, method = name.split(".")
-        assert module == "servelab.scheduler" and callable(getattr({"Scheduler": Scheduler,
+        assert module == "servelab.schedulers.scheduler" and callable(getattr({"Scheduler": Scheduler,
                                                                     "BlockManager": BlockManager}[cls], method))
 
 
@@ -83,8 +83,8 @@ def test_the_hash_collision_case_catches_a_lookup_by_hash_alone():
 
 
 def fake_model_token(prompt: list[int]) -> int:
-    """What the fake model samples after ``prompt`` (servelab.engine.expected)."""
-    from servelab.engine import expected
+    """What the fake model samples after ``prompt`` (servelab.engine.driver.expected)."""
+    from servelab.engine.driver import expected
 
     return expected(prompt, 1)[0]
 
@@ -192,7 +192,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
-        import servelab.scheduler as s
+        import servelab.schedulers.scheduler as s
         try:
             s.Scheduler.schedule(None)
         except RuntimeError as e:

@@ -28,8 +28,10 @@ import numpy as np
 import pytest
 from grading_harness import Notebook, Proof, is_test, python_source
 
-from servelab import costmodel, simulator, vllm_scheduler
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
+from servelab import simulator
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
+from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, simulate
 from servelab_autograder import ch03, known_wrong, plain, probe, release, verdicts
 from servelab_autograder.checks import ch03 as table
@@ -84,8 +86,8 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert NB.solution_ids() == [*EXERCISES, "drills"]
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
-    modules = {"servelab.costmodel": costmodel, "servelab.simulator.policies": simulator.policies,
-               "servelab.vllm_scheduler": vllm_scheduler}
+    modules = {"servelab.analytic.costmodel": costmodel, "servelab.simulator.policies": simulator.policies,
+               "servelab.schedulers.vllm_scheduler": vllm_scheduler}
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         obj = modules[module]
@@ -454,7 +456,8 @@ sys.path.insert(0, {lib!r})
 import numpy as np
 import servelab
 assert servelab.__file__.startswith({lib!r}), servelab.__file__
-from servelab import costmodel, simulator
+from servelab.analytic import costmodel
+from servelab import simulator
 from servelab_autograder import probe
 
 out = {{}}

@@ -22,7 +22,7 @@ import textwrap
 import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
-from servelab.radix_cache import RadixCache
+from servelab.schedulers.radix_cache import RadixCache
 from servelab_autograder import ch04, plain, release, verdicts
 from servelab_autograder.checks import ch04 as table
 from servelab_autograder.spec import call
@@ -56,7 +56,8 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         cls, method = name.split(".")
-        assert module == "servelab.radix_cache" and cls == "RadixCache" and callable(getattr(RadixCache, method))
+        assert module == "servelab.schedulers.radix_cache" and cls == "RadixCache"
+        assert callable(getattr(RadixCache, method))
 
 
 def test_the_figures_the_markdown_quotes_are_in_the_saved_outputs():
@@ -256,7 +257,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
-        import servelab.radix_cache as r
+        import servelab.schedulers.radix_cache as r
         blocked = []
         for name in ("child_key", "_match_len", "_split_node", "match_prefix", "insert"):
             try:

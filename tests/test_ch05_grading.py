@@ -23,8 +23,8 @@ import textwrap
 import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
-from servelab.radix_cache import RadixCache
-from servelab.radix_scheduler import RadixScheduler
+from servelab.schedulers.radix_cache import RadixCache
+from servelab.schedulers.radix_scheduler import RadixScheduler
 from servelab_autograder import ch04, ch05, plain, release, verdicts
 from servelab_autograder.checks import ch05 as table
 
@@ -54,7 +54,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         "test_scheduler": 2, "test_drills": 5}
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
-    classes = {"servelab.radix_cache": RadixCache, "servelab.radix_scheduler": RadixScheduler}
+    classes = {"servelab.schedulers.radix_cache": RadixCache, "servelab.schedulers.radix_scheduler": RadixScheduler}
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         cls, method = name.split(".")
@@ -101,7 +101,7 @@ def test_a_cache_finished_req_message_shows_the_pool_and_the_request():
 def test_a_scheduler_message_names_the_step_the_workload_and_the_difference():
     ns = solution()
     exec(textwrap.dedent("""
-        class RadixScheduler(servelab.radix_scheduler.RadixScheduler):
+        class RadixScheduler(servelab.schedulers.radix_scheduler.RadixScheduler):
             cache_class = RadixCache
             cache_finished_req = cache_finished_req
             def cache_finished_req(self, req):      # frees nothing and unlocks: the pool runs dry
@@ -203,7 +203,7 @@ def test_what_stays_reachable_does_not_make_a_cache_finished_req():
             req.kv_indices, req.prefix_indices, req.last_node = [], [], None
             req.num_cached_tokens = req.num_scheduled_tokens = 0
 
-        class RadixScheduler(servelab.radix_scheduler.RadixScheduler):
+        class RadixScheduler(servelab.schedulers.radix_scheduler.RadixScheduler):
             cache_class = RadixCache
             cache_finished_req = cache_finished_req
     """), ns)
@@ -263,8 +263,8 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
-        import servelab.radix_cache as r
-        import servelab.radix_scheduler as s
+        import servelab.schedulers.radix_cache as r
+        import servelab.schedulers.radix_scheduler as s
         blocked = []
         for fn in (r.RadixCache.inc_lock_ref, r.RadixCache.dec_lock_ref, r.RadixCache.evict,
                    s.RadixScheduler.cache_finished_req):

@@ -36,8 +36,8 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 import servelab.kernels  # noqa: E402,F401  (the interpreter is chosen before any kernel is decorated)
-from servelab import costmodel  # noqa: E402
-from servelab.costmodel import H200  # noqa: E402
+from servelab.analytic import costmodel  # noqa: E402
+from servelab.analytic.costmodel import H200  # noqa: E402
 from servelab.kernels import exercises as ex  # noqa: E402
 from servelab.kernels.reference import gather_kv  # noqa: E402
 from servelab_autograder import ch06, known_wrong, plain, probe, release, verdicts  # noqa: E402
@@ -88,7 +88,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
 
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module.startswith("servelab.kernels.") or module == "servelab.costmodel", ref
+        assert module.startswith("servelab.kernels.") or module == "servelab.analytic.costmodel", ref
         assert callable(getattr(importlib.import_module(module), name)), ref
 
 
@@ -400,7 +400,7 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
         sys.path.insert(0, {str(tmp_path)!r})
         import json
         import servelab.kernels as K
-        from servelab import costmodel
+        from servelab.analytic import costmodel
         from servelab.kernels import exercises as ex, reference
         from servelab_autograder import ch06
         import cells

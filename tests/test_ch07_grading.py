@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 
 import torch  # noqa: E402
 
-from servelab import llm  # noqa: E402
+from servelab.engine import llm  # noqa: E402
 from servelab_autograder import ch07, release, verdicts  # noqa: E402
 from servelab_autograder.checks import ch07 as table  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
 
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.llm" or module.startswith("servelab.kernels."), ref
+        assert module == "servelab.engine.llm" or module.startswith("servelab.kernels."), ref
         assert callable(getattr(importlib.import_module(module), name)), ref
 
 
@@ -186,9 +186,10 @@ def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
     script = textwrap.dedent("""
         import json
         import torch
-        from servelab import llm, scheduler
+        from servelab.engine import llm
+        from servelab.schedulers import scheduler
         from servelab.kernels import reference
-        from servelab.model import causal_attention
+        from servelab.engine.model import causal_attention
         s = scheduler.Sequence([1, 2, 3], block_size=4)
         s.block_table, s.num_scheduled_tokens = [0], 3
         out = {}

@@ -44,7 +44,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.kv_tiers" and callable(getattr(table.K, name)), ref
+        assert module == "servelab.analytic.kv_tiers" and callable(getattr(table.K, name)), ref
 
 
 def test_notebook_follows_the_authoring_conventions():

@@ -19,8 +19,8 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import capacity  # noqa: E402
-from servelab.costmodel import GPUSpec, ModelSpec  # noqa: E402
+from servelab.analytic import capacity  # noqa: E402
+from servelab.analytic.costmodel import GPUSpec, ModelSpec  # noqa: E402
 from servelab_autograder import ch09, verdicts  # noqa: E402
 from servelab_autograder.checks import ch09 as table  # noqa: E402
 
@@ -53,7 +53,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.capacity" and callable(getattr(capacity, name)), ref
+        assert module == "servelab.analytic.capacity" and callable(getattr(capacity, name)), ref
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -88,7 +88,7 @@ def test_the_cases_reach_every_situation_a_pitfall_gets_wrong():
 
 def test_the_reference_knee_and_ridge_are_the_cost_models_own():
     """The library settles the closed form on step_cost; the notebook's closed form agrees on the random cases."""
-    from servelab import costmodel
+    from servelab.analytic import costmodel
 
     for c in verdicts.cases(CHAPTER.cells["test_compute_ridge_batch"], 3)[:40]:
         model, gpu, ctx = ModelSpec(**c[0]), GPUSpec(**c[1]), c[2]

@@ -19,7 +19,7 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import async_scheduler  # noqa: E402
+from servelab.schedulers import async_scheduler  # noqa: E402
 from servelab_autograder import ch10  # noqa: E402
 from servelab_autograder.checks import ch10 as table  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.async_scheduler"
+        assert module == "servelab.schedulers.async_scheduler"
         obj = async_scheduler
         for part in name.split("."):
             obj = getattr(obj, part)

@@ -19,7 +19,7 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import spec_decode  # noqa: E402
+from servelab.schedulers import spec_decode  # noqa: E402
 from servelab_autograder import ch11, verdicts  # noqa: E402
 from servelab_autograder.checks import ch11 as table  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         obj = spec_decode
         for part in name.split("."):
             obj = getattr(obj, part)
-        assert module == "servelab.spec_decode" and callable(obj), ref
+        assert module == "servelab.schedulers.spec_decode" and callable(obj), ref
 
 
 def test_notebook_follows_the_authoring_conventions():

@@ -20,7 +20,7 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import queueing  # noqa: E402
+from servelab.analytic import queueing  # noqa: E402
 from servelab_autograder import ch12, verdicts  # noqa: E402
 from servelab_autograder.checks import ch12 as table  # noqa: E402
 
@@ -61,7 +61,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        assert module == "servelab.queueing" and callable(getattr(queueing, name)), ref
+        assert module == "servelab.analytic.queueing" and callable(getattr(queueing, name)), ref
 
 
 def test_notebook_follows_the_authoring_conventions():

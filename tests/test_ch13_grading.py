@@ -18,8 +18,8 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab import costmodel, fairness  # noqa: E402
-from servelab.costmodel import GPUSpec, ModelSpec  # noqa: E402
+from servelab.analytic import costmodel, fairness  # noqa: E402
+from servelab.analytic.costmodel import GPUSpec, ModelSpec  # noqa: E402
 from servelab_autograder import ch13, verdicts  # noqa: E402
 from servelab_autograder.checks import ch13 as table  # noqa: E402
 
@@ -54,7 +54,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
         obj = fairness
         for part in name.split("."):
             obj = getattr(obj, part)
-        assert module == "servelab.fairness" and callable(obj), ref
+        assert module == "servelab.analytic.fairness" and callable(obj), ref
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -103,7 +103,7 @@ def test_the_closed_forms_agree_with_the_step_model():
 
 
 def test_the_drills_name_a_known_wrong_answer():
-    from servelab.costmodel import H100_SXM, LLAMA31_8B
+    from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
 
     ns = {**solution(), "drill_1": fairness.interactive_tpot(LLAMA31_8B, H100_SXM, *table.D1)}
     assert "milliseconds" in grade(ns, cells=["test_drills"])["test_drills"].message

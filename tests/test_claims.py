@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from servelab import claims, serving
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab import claims
+from servelab.analytic import serving
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = [c for a in sorted(claims.CHAPTERS) for c in claims.of(a)]

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from servelab.costmodel import (
+from servelab.analytic.costmodel import (
     DEFAULT_STEP_OVERHEAD_S,
     H100_SXM,
     H200,

@@ -1,4 +1,4 @@
-"""servelab.fairness: token weights, the virtual token counter and its lift rule, the batch class's KV quota.
+"""servelab.analytic.fairness: token weights, the virtual token counter and its lift rule, the batch class's KV quota.
 
 A small step loop serves two tenants one request at a time (the tenant picked by the counter), and the GPU time
 each gets is checked: request-fair turn-taking gives the long-document tenant its documents' share, the counter
@@ -11,9 +11,15 @@ import doctest
 
 import pytest
 
-from servelab import costmodel, fairness
-from servelab.costmodel import H100_SXM, LLAMA3_8B
-from servelab.fairness import TokenWeights, VirtualTokenCounter, batch_kv_quota, request_fair_shares, token_weights
+from servelab.analytic import costmodel, fairness
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic.fairness import (
+    TokenWeights,
+    VirtualTokenCounter,
+    batch_kv_quota,
+    request_fair_shares,
+    token_weights,
+)
 
 W = TokenWeights(prefill_s=15e-6, decode_s=120e-6)
 REQ = {"docs": (30_000, 200), "chat": (300, 200)}

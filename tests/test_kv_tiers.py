@@ -1,5 +1,5 @@
-"""servelab.kv_tiers: recompute vs swap, worked examples (the module's doctests), values derived by hand from the
-model shapes, and bad parameters."""
+"""servelab.analytic.kv_tiers: recompute vs swap, worked examples (the module's doctests), values derived by hand from
+the model shapes, and bad parameters."""
 
 import doctest
 import math
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from servelab import kv_tiers as K
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic import kv_tiers as K
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 
 
 def test_the_docstrings_worked_examples():

@@ -13,9 +13,9 @@ import random
 import pytest
 import torch
 
-from servelab import llm as L
-from servelab import model as sm
-from servelab import scheduler as sched
+from servelab.engine import llm as L
+from servelab.engine import model as sm
+from servelab.schedulers import scheduler as sched
 
 NEAR_TIE = 1e-4
 
@@ -146,7 +146,7 @@ def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
 
 
 def test_serve_adds_requests_at_their_steps_and_counts_preemptions(tiny):
-    from servelab.workloads import engine_requests
+    from servelab.analytic.workloads import engine_requests
 
     reqs = engine_requests(seed=0, vocab=64)
     assert reqs == engine_requests(seed=0, vocab=64) and reqs != engine_requests(seed=1, vocab=64)
@@ -283,7 +283,7 @@ def test_the_graph_cliff_script_runs_its_smoke_test(capsys):
 
 
 def test_asynchronous_scheduling_generates_what_each_request_generates_alone(tiny, seed=0):
-    """Step n+1 scheduled before step n's tokens exist (servelab.async_scheduler): batched == alone still."""
+    """Step n+1 scheduled before step n's tokens exist (servelab.schedulers.async_scheduler): batched == alone still."""
     engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
                    async_scheduling=True)
     reqs = [(a, p, L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)) for a, p, n in _workload(seed)]

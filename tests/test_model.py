@@ -1,7 +1,7 @@
-"""servelab.model runs a Llama or Qwen3 checkpoint exactly as Hugging Face transformers does.
+"""servelab.engine.model runs a Llama or Qwen3 checkpoint exactly as Hugging Face transformers does.
 
 Tiny random models are built with transformers itself (from a config: nothing is downloaded), saved with
-`save_pretrained` and loaded into servelab.model by the tensors' own names. Their weights are drawn with a
+`save_pretrained` and loaded into servelab.engine.model by the tensors' own names. Their weights are drawn with a
 large initializer range so that the logits have clear winners: greedy decoding is then decided by the model,
 not by float rounding, and where a step's top-2 gap is still below fp32 noise the test says so and stops
 comparing there.
@@ -18,7 +18,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
-from servelab import model as sm  # noqa: E402
+from servelab.engine import model as sm  # noqa: E402
 
 NEAR_TIE = 1e-4   # a top-2 logit gap below this is fp32 noise for these sizes
 

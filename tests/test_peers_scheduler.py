@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab import scheduler as sl
+from servelab.schedulers import scheduler as sl
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "peers_scheduler.py"
 

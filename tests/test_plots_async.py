@@ -1,4 +1,4 @@
-"""servelab.plots_async: the CPU/GPU timeline and the overlap gain, checked through what they draw."""
+"""servelab.plots.asynchronous: the CPU/GPU timeline and the overlap gain, checked through what they draw."""
 
 import matplotlib
 
@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_async import plot_overlap_gain, plot_timeline  # noqa: E402
+from servelab.plots.asynchronous import plot_overlap_gain, plot_timeline  # noqa: E402
 
 
 def _ends(fig):

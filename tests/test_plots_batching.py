@@ -1,4 +1,4 @@
-"""servelab.plots.plot_batch_slots: the Gantt chart of slots under static and continuous batching."""
+"""servelab.plots.batching.plot_batch_slots: the Gantt chart of slots under static and continuous batching."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab import plots  # noqa: E402
+from servelab.plots import batching as plots  # noqa: E402
 
 
 def _bars(ax):

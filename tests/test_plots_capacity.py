@@ -1,4 +1,4 @@
-"""servelab.plots_capacity: the ceilings, the fixed point against the simulator, the fleet's split, checked through
+"""servelab.plots.capacity: the ceilings, the fixed point against the simulator, the fleet's split, checked through
 what they draw."""
 
 import math
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_capacity import DECODE, PREFILL, plot_ceilings, plot_fleet_split, plot_resident  # noqa: E402
+from servelab.plots.capacity import DECODE, PREFILL, plot_ceilings, plot_fleet_split, plot_resident  # noqa: E402
 
 
 def test_ceilings_draw_one_line_each_and_skip_a_missing_ridge():

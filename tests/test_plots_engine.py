@@ -1,4 +1,4 @@
-"""servelab.plots_engine: the engine's step timeline and the batched-vs-solo grid, checked through what they draw."""
+"""servelab.plots.engine: the engine's step timeline and the batched-vs-solo grid, checked through what they draw."""
 
 import matplotlib
 
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_engine import DECODE, PREFILL, plot_batched_vs_solo, plot_engine_steps  # noqa: E402
+from servelab.plots.engine import DECODE, PREFILL, plot_batched_vs_solo, plot_engine_steps  # noqa: E402
 
 
 def test_step_timeline_draws_one_bar_per_step_coloured_by_kind_and_the_batch_size():

@@ -1,4 +1,4 @@
-"""servelab.plots_fairness: the tenant's share under two schedulers, the TPOT against batch decodes, checked through
+"""servelab.plots.fairness: the tenant's share under two schedulers, the TPOT against batch decodes, checked through
 what they draw."""
 
 import matplotlib
@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_fairness import plot_tenant_share, plot_tpot_interference  # noqa: E402
+from servelab.plots.fairness import plot_tenant_share, plot_tpot_interference  # noqa: E402
 
 
 def test_tenant_share_draws_one_line_per_scheduler_and_the_fair_share():

@@ -1,4 +1,4 @@
-"""servelab.plots_kv: the copy-bandwidth picture and the swap-vs-recompute sweep, checked through what they draw."""
+"""servelab.plots.kv: the copy-bandwidth picture and the swap-vs-recompute sweep, checked through what they draw."""
 
 import matplotlib
 
@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab import kv_tiers  # noqa: E402
-from servelab.plots_kv import RECOMPUTE, SWAP, plot_copy_bandwidth, plot_swap_vs_recompute  # noqa: E402
+from servelab.analytic import kv_tiers  # noqa: E402
+from servelab.plots.kv import RECOMPUTE, SWAP, plot_copy_bandwidth, plot_swap_vs_recompute  # noqa: E402
 
 
 def test_copy_bandwidth_draws_the_curve_the_link_each_break_even_and_a_marker_per_block_size():

@@ -1,4 +1,4 @@
-"""servelab.plots_queueing: the TTFT curves, a spike's queue and a retry storm, checked through what they draw."""
+"""servelab.plots.queueing: the TTFT curves, a spike's queue and a retry storm, checked through what they draw."""
 
 import math
 
@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_queueing import plot_retry_storm, plot_spike, plot_ttft_vs_utilization  # noqa: E402
+from servelab.plots.queueing import plot_retry_storm, plot_spike, plot_ttft_vs_utilization  # noqa: E402
 
 
 def test_ttft_curves_cut_what_is_off_the_chart_and_mark_the_target():

@@ -1,4 +1,4 @@
-"""servelab.plots_radix: the radix tree drawn (node states, layout, sizes) and hit rate against cache size."""
+"""servelab.plots.radix: the radix tree drawn (node states, layout, sizes) and hit rate against cache size."""
 
 import doctest
 
@@ -11,8 +11,9 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-import servelab.plots_radix as plots_radix_module  # noqa: E402
-from servelab.plots_radix import (  # noqa: E402
+import servelab.plots.radix as plots_radix_module  # noqa: E402
+from servelab.engine.prefix_compare import CacheRun  # noqa: E402
+from servelab.plots.radix import (  # noqa: E402
     BOX_KEY,
     LEGEND_LABELS,
     NODE_COLORS,
@@ -21,8 +22,7 @@ from servelab.plots_radix import (  # noqa: E402
     plot_radix_trees,
     tree_layout,
 )
-from servelab.prefix_compare import CacheRun  # noqa: E402
-from servelab.radix_cache import RadixCache  # noqa: E402
+from servelab.schedulers.radix_cache import RadixCache  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

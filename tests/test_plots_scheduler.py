@@ -1,4 +1,4 @@
-"""servelab.plots.plot_free_blocks: free KV blocks per step of an Engine trace, step kinds, preemptions."""
+"""servelab.plots.batching.plot_free_blocks: free KV blocks per step of an Engine trace, step kinds, preemptions."""
 
 import matplotlib
 
@@ -9,9 +9,9 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.engine import Engine  # noqa: E402
-from servelab.plots import plot_free_blocks  # noqa: E402
-from servelab.scheduler import SamplingParams, Scheduler, Sequence  # noqa: E402
+from servelab.engine.driver import Engine  # noqa: E402
+from servelab.plots.batching import plot_free_blocks  # noqa: E402
+from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence  # noqa: E402
 
 
 def _lesson_trace():

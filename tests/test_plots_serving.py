@@ -1,4 +1,4 @@
-"""servelab.plots_serving: step timelines, latency CDFs and the batch sweep, checked through what they draw."""
+"""servelab.plots.serving: step timelines, latency CDFs and the batch sweep, checked through what they draw."""
 
 import matplotlib
 
@@ -10,8 +10,8 @@ import pytest  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from servelab.costmodel import H100_SXM, LLAMA3_8B  # noqa: E402
-from servelab.plots_serving import plot_batch_sweep, plot_latency_cdfs, plot_step_timeline  # noqa: E402
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B  # noqa: E402
+from servelab.plots.serving import plot_batch_sweep, plot_latency_cdfs, plot_step_timeline  # noqa: E402
 from servelab.simulator import MixedBudget, PrefillFirst, Requests, merge_requests, simulate  # noqa: E402
 
 

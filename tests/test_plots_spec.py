@@ -1,4 +1,4 @@
-"""servelab.plots_spec: the speedup against the batch, checked through what it draws."""
+"""servelab.plots.spec: the speedup against the batch, checked through what it draws."""
 
 import matplotlib
 
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from servelab.plots_spec import plot_speedup  # noqa: E402
+from servelab.plots.spec import plot_speedup  # noqa: E402
 
 
 def test_one_line_per_curve_the_break_even_and_the_simulated_points():

@@ -1,14 +1,14 @@
-"""servelab.prefix_compare: the block-hash cache (nano-vllm's BlockManager) against the radix cache, on the
+"""servelab.engine.prefix_compare: the block-hash cache (nano-vllm's BlockManager) against the radix cache, on the
 lesson's shared system prompt, multi-turn chats and few-shot prompts."""
 
 import doctest
 
 import pytest
 
-import servelab.prefix_compare as prefix_compare_module
-from servelab.costmodel import LLAMA2_7B, KiB
-from servelab.engine import expected
-from servelab.prefix_compare import (
+import servelab.engine.prefix_compare as prefix_compare_module
+from servelab.analytic.costmodel import LLAMA2_7B, KiB
+from servelab.engine.driver import expected
+from servelab.engine.prefix_compare import (
     Request,
     Workload,
     compare,

@@ -1,4 +1,4 @@
-"""servelab.queueing: the closed forms against their definitions and against simulated queues.
+"""servelab.analytic.queueing: the closed forms against their definitions and against simulated queues.
 
 The waits of single-server FCFS queues with Poisson arrivals are simulated with Lindley's recursion
 (W[i] = max(0, W[i-1] + S[i-1] - A[i])): the Pollaczek-Khinchine mean agrees within 3%, the tail approximation's
@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from servelab import queueing
-from servelab.queueing import (
+from servelab.analytic import queueing
+from servelab.analytic.queueing import (
     admit_by_deadline,
     dead_requests,
     drain_time,

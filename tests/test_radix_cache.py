@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-import servelab.radix_cache as radix_cache_module
-from servelab.radix_cache import RadixCache, TreeNode
+import servelab.schedulers.radix_cache as radix_cache_module
+from servelab.schedulers.radix_cache import RadixCache, TreeNode
 
 
 class RecordingAllocator:

@@ -1,4 +1,5 @@
-"""servelab.radix_scheduler: the token-slot KV pool and the scheduler that serves requests through the radix cache.
+"""servelab.schedulers.radix_scheduler: the token-slot KV pool and the scheduler that serves requests through the radix
+cache.
 
 Worked cases pin SGLang's request lifecycle (match and lock on admission, insert and move the lock after the
 prefill, evict when the pool is short, retract the last admitted request when nothing is evictable, insert and
@@ -12,18 +13,17 @@ import random
 
 import pytest
 
-import servelab.radix_scheduler as radix_scheduler_module
-from servelab.engine import expected
-from servelab.radix_cache import RadixCache
-from servelab.radix_scheduler import (
+import servelab.engine.radix as radix_engine_module
+import servelab.schedulers.radix_scheduler as radix_scheduler_module
+from servelab.engine.driver import expected
+from servelab.engine.radix import RadixEngine, lpm_starvation, radix_table
+from servelab.schedulers.radix_cache import RadixCache
+from servelab.schedulers.radix_scheduler import (
     CLIP_MAX_NEW_TOKENS,
-    RadixEngine,
     RadixScheduler,
     Req,
     TokenToKVPoolAllocator,
     decode_reservation,
-    lpm_starvation,
-    radix_table,
     ratio_after_retract,
 )
 
@@ -31,8 +31,8 @@ SYSTEM = list(range(100, 110))
 
 
 def test_docstring_examples():
-    result = doctest.testmod(radix_scheduler_module)
-    assert result.attempted >= 8 and result.failed == 0
+    ran = [doctest.testmod(radix_scheduler_module), doctest.testmod(radix_engine_module)]
+    assert all(r.failed == 0 for r in ran) and ran[0].attempted >= 7 and ran[1].attempted >= 9
 
 
 # ---- the pool and the request -----------------------------------------------------------------------------

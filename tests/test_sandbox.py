@@ -99,7 +99,7 @@ def test_it_sees_the_course_library_and_its_scratch_and_nothing_of_the_grader(ma
         assert f"autograder/servelab_autograder/{trusted}" not in grader_side, trusted
     for kernel_side in ("ch01.py", "probe.py", "plain.py", "spec.py", "atlas/ch01_continuous_batching.json"):
         assert f"autograder/servelab_autograder/{kernel_side}" in grader_side, kernel_side
-    assert "lib/servelab/scheduler.py" in got["course"] and "sandbox_init.py" in got["course"]
+    assert "lib/servelab/schedulers/scheduler.py" in got["course"] and "sandbox_init.py" in got["course"]
     assert not any(p.startswith(("solutions", "course", "tests")) for p in got["course"])
 
 

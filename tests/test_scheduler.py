@@ -6,8 +6,15 @@ import random
 import lesson_step2 as lesson
 import pytest
 
-from servelab.engine import Engine, expected, fake_model
-from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus, needs_new_block
+from servelab.engine.driver import Engine, expected, fake_model
+from servelab.schedulers.scheduler import (
+    BlockManager,
+    SamplingParams,
+    Scheduler,
+    Sequence,
+    SequenceStatus,
+    needs_new_block,
+)
 
 
 def Seq(name, token_ids, max_tokens, ignore_eos=True, block_size=None):

@@ -1,5 +1,5 @@
-"""The serving model (servelab.serving): each limit it checks, at its edge, with the message that names it, and the
-step it prices agreeing with the cost model's."""
+"""The serving model (servelab.analytic.serving): each limit it checks, at its edge, with the message that names it, and
+the step it prices agreeing with the cost model's."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from servelab import costmodel
-from servelab.costmodel import H100_SXM, H200, LLAMA3_8B, LLAMA31_8B
-from servelab.serving import Infeasible, ServingPoint, check
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, LLAMA31_8B
+from servelab.analytic.serving import Infeasible, ServingPoint, check
 
 CAP = costmodel.kv_capacity_tokens(LLAMA3_8B, H100_SXM)
 

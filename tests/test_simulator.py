@@ -6,10 +6,10 @@ import random
 import numpy as np
 import pytest
 
-from servelab import costmodel
-from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec, step_time
-from servelab.engine import fake_model
-from servelab.scheduler import SamplingParams, Scheduler, Sequence
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec, step_time
+from servelab.engine.driver import fake_model
+from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
 from servelab.simulator import (
     BacklogAdmission,
     MixedBudget,
@@ -126,7 +126,7 @@ def test_mixed_budget_schedules_every_decode_state_by_state():
 
 
 def test_prefill_first_matches_the_reference_scheduler():
-    """At block size 1 without prefix caching, servelab.scheduler is token-granular, like the simulator's
+    """At block size 1 without prefix caching, servelab.schedulers.scheduler is token-granular, like the simulator's
     KV; PrefillFirst must then schedule exactly what it schedules, step by step, preemptions included."""
     rng = random.Random(0)
     preempting_cases = 0
@@ -432,7 +432,7 @@ def test_everyone_rejected():
 def test_backlog_admission_keeps_admitted_requests_within_the_ttft_target():
     """The admission rule of chapter 03 on an overloaded server: what it admits meets the TTFT target (it is
     a bound: each step prefills at least budget - decodes tokens and lasts at most the sized step)."""
-    from servelab.costmodel import max_backlog_tokens, max_prefill_chunk
+    from servelab.analytic.costmodel import max_backlog_tokens, max_prefill_chunk
 
     tpot, ttft, decoders = 0.030, 1.0, 64
     chunk = max_prefill_chunk(LLAMA3_8B, H100_SXM, tpot, [2048] * decoders, prefill_context=4000)

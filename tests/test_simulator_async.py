@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servelab import costmodel
-from servelab.async_scheduler import overlap_speedup
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+from servelab.schedulers.async_scheduler import overlap_speedup
 from servelab.simulator import MixedBudget, Requests, fixed_lengths, poisson_arrivals, simulate
 
 

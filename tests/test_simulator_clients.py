@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 from servelab.simulator import (
     V1,
     BacklogAdmission,

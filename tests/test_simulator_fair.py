@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servelab.costmodel import H100_SXM, LLAMA3_8B
-from servelab.fairness import ContextWeights, TokenWeights, request_fair_shares, token_weights
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic.fairness import ContextWeights, TokenWeights, request_fair_shares, token_weights
 from servelab.simulator import MixedBudget, Priority, Requests, ServingState, TokenFair, Traced, simulate
 from servelab.simulator.fair import measured_service, tenant_service
 

@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from servelab import costmodel
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, GPUSpec, ModelSpec
 from servelab.simulator import (
     BacklogAdmission,
     Clients,

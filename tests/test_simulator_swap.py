@@ -5,8 +5,8 @@ is full, the crossover against kv_tiers' closed form, and bad parameters."""
 import numpy as np
 import pytest
 
-from servelab import kv_tiers
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic import kv_tiers
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 from servelab.simulator import V1, MixedBudget, PrefillFirst, Requests, Swap, Traced, simulate, uniform_lengths
 from servelab.simulator.arrivals import poisson_arrivals
 from servelab.simulator.preemption import SWAP_SPACE_BYTES

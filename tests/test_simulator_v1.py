@@ -1,4 +1,4 @@
-"""servelab.simulator.V1: vLLM V1's scheduler (servelab.vllm_scheduler) driven from inside the simulator.
+"""servelab.simulator.V1: vLLM V1's scheduler (servelab.schedulers.vllm_scheduler) driven from inside the simulator.
 
 Hand-derived step tables from vLLM V1's rules, then the same steps from a `vllm_scheduler.Scheduler` driven
 directly (so the simulator adds no rules of its own), Poisson workloads that preempt, the long-prefill threshold,
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servelab import llm
-from servelab import vllm_scheduler as vs
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+from servelab.engine import llm
+from servelab.schedulers import vllm_scheduler as vs
 from servelab.simulator import (
     V1,
     Requests,

@@ -1,5 +1,5 @@
-"""Speculative decoding in the nano-vllm Scheduler (servelab.spec_decode): the accounting, look-ahead slots and
-rollback, and greedy verification that appends exactly what plain decoding appends.
+"""Speculative decoding in the nano-vllm Scheduler (servelab.schedulers.spec_decode): the accounting, look-ahead slots
+and rollback, and greedy verification that appends exactly what plain decoding appends.
 
 Seeded workloads with end-of-sequence tokens, chunked prefills, preemption and prefix-cache hits run with and
 without speculation (drafts right with a seeded probability); every request's tokens are the same, every block
@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from servelab import costmodel
-from servelab.engine import Engine, expected
-from servelab.scheduler import SamplingParams, Scheduler, Sequence
-from servelab.spec_decode import (
+from servelab.analytic import costmodel
+from servelab.engine.driver import Engine, expected
+from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
+from servelab.schedulers.spec_decode import (
     SpecScheduler,
     accept_greedy,
     fake_target,
@@ -184,7 +184,7 @@ def test_malformed_verification_and_parameters_are_refused():
 # ---- the closed forms -----------------------------------------------------------------------------------------
 
 def test_expected_tokens_per_step_is_the_geometric_sum_and_what_a_run_appends():
-    from servelab.spec_decode import expected_tokens_per_step
+    from servelab.schedulers.spec_decode import expected_tokens_per_step
 
     for alpha in (0.0, 0.3, 0.7, 0.95, 1.0):
         for k in (0, 1, 4):
@@ -203,8 +203,8 @@ def test_expected_tokens_per_step_is_the_geometric_sum_and_what_a_run_appends():
 
 
 def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_batch():
-    from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B
-    from servelab.spec_decode import crossover_batch, expected_tokens_per_step, speculative_speedup
+    from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B
+    from servelab.schedulers.spec_decode import crossover_batch, expected_tokens_per_step, speculative_speedup
 
     # batch 1 is memory-bound with or without drafts: the step costs the same, so the speedup is E tokens
     assert speculative_speedup(LLAMA3_8B, H100_SXM, 1, 512, 4, 0.7) == pytest.approx(
@@ -225,8 +225,8 @@ def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_bat
 
 
 def test_bad_parameters_of_the_closed_forms_are_refused():
-    from servelab.costmodel import H100_SXM, LLAMA3_8B
-    from servelab.spec_decode import expected_tokens_per_step, speculative_speedup
+    from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+    from servelab.schedulers.spec_decode import expected_tokens_per_step, speculative_speedup
 
     with pytest.raises(ValueError, match="alpha"):
         expected_tokens_per_step(1.5, 3)
@@ -241,7 +241,7 @@ def test_bad_parameters_of_the_closed_forms_are_refused():
 def test_the_module_examples_hold():
     import doctest
 
-    from servelab import spec_decode
+    from servelab.schedulers import spec_decode
 
     assert doctest.testmod(spec_decode).failed == 0
 

@@ -1,8 +1,8 @@
 import pytest
 
-from servelab.engine import Engine
-from servelab.scheduler import SamplingParams, Scheduler, Sequence
-from servelab.trace import COLUMNS, shape_rows, shape_table
+from servelab.engine.driver import Engine
+from servelab.engine.trace import COLUMNS, shape_rows, shape_table
+from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
 
 
 def _lesson_trace():

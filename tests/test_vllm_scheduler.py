@@ -1,5 +1,5 @@
-"""vLLM V1's scheduler (servelab.vllm_scheduler): hand-made traces whose expected values are worked out from vLLM
-0.33.0's code in the comments, then seeded random workloads checked against running each request alone, with
+"""vLLM V1's scheduler (servelab.schedulers.vllm_scheduler): hand-made traces whose expected values are worked out from
+vLLM 0.33.0's code in the comments, then seeded random workloads checked against running each request alone, with
 block accounting and the KV each request reads checked after every step.
 
 In the comments, "free queue [4, 2]" lists block ids front first. "hashed" means the block is in the prefix cache.
@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 
-from servelab.vllm_scheduler import (
+from servelab.schedulers.vllm_scheduler import (
     BlockPool,
     Request,
     RequestStatus,

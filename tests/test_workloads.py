@@ -1,4 +1,4 @@
-"""servelab.workloads: deterministic, in range, and distributed as length_pmf says."""
+"""servelab.analytic.workloads: deterministic, in range, and distributed as length_pmf says."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from servelab import batching, workloads
+from servelab.analytic import batching, workloads
 
 PARAMS = {
     "constant": dict(length=7),

@@ -1,7 +1,7 @@
 """Chapter 01's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.batching`, how its result is read
-(converted to plain ``int`` / ``float`` / ``list``, never compared as the learner built it) and shown.
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.batching`, how its result is
+read (converted to plain ``int`` / ``float`` / ``list``, never compared as the learner built it) and shown.
 :func:`diagnose` is a visible assert's message: the input, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this input. The hidden
 cases and the verdicts are the grader's (``servelab_autograder.checks.ch01``), outside the learner's kernel.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from servelab import batching as ref
+from servelab.analytic import batching as ref
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 

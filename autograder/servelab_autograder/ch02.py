@@ -24,9 +24,9 @@ import hashlib
 import json
 import numbers
 
-from servelab import scheduler as ref
-from servelab.engine import expected, fake_model
-from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
+from servelab.engine.driver import expected, fake_model
+from servelab.schedulers import scheduler as ref
+from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 

@@ -1,6 +1,6 @@
 """Chapter 03's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.costmodel` or
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.costmodel` or
 :mod:`servelab.simulator`, how its result is read (converted to plain ``int`` / ``float`` / ``list``, never compared
 as the learner built it) and shown. Arguments cross to the learner's kernel as plain data (:func:`case`): a model or
 a GPU as the dict of its fields, the simulator's state before one step as the dict of its queues and counters. A
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab import costmodel, vllm_scheduler
-from servelab.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec

@@ -1,7 +1,7 @@
 """Chapter 04's exercises as the visible tests and the grader both see them: SGLang's radix tree, piece by piece.
 
 Every exercise is a method of the radix tree, so each is **driven**: a case is the tree's state as plain data
-(:func:`snapshot`), taken from a run of the reference tree (``servelab.radix_cache.RadixCache``) through a
+(:func:`snapshot`), taken from a run of the reference tree (``servelab.schedulers.radix_cache.RadixCache``) through a
 workload of operations at the moment it calls that method; the driver (``drive_*``) builds a tree in that state
 (:func:`build`), calls the learner's method once and returns what it returned and the state it left, as plain
 data. The grader runs the same driver with the reference and compares the trees by path (:func:`view`: every
@@ -33,7 +33,7 @@ import json
 import numbers
 import random
 
-from servelab.radix_cache import RadixCache, TreeNode
+from servelab.schedulers.radix_cache import RadixCache, TreeNode
 from servelab_autograder import common, plain, spec
 from servelab_autograder.spec import Shape, Spec
 
@@ -671,8 +671,9 @@ def counted(cache_class: type) -> type:
 def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
     """The notebook's first figure through a RadixCache class: ``n_requests`` requests sharing a ``prompt_len``-token
     system prompt served by the RadixScheduler; every step's batch and hits."""
-    from servelab import prefix_compare
-    from servelab.radix_scheduler import RadixEngine, RadixScheduler, Req
+    from servelab.engine import prefix_compare
+    from servelab.engine.radix import RadixEngine
+    from servelab.schedulers.radix_scheduler import RadixScheduler, Req
 
     workload = prefix_compare.shared_system_prompt(n_requests, prompt_len, max_tokens=2)
     scheduler = type("Scheduler", (RadixScheduler,), {"cache_class": counted(guarded(cls))})

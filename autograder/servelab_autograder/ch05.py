@@ -31,9 +31,10 @@ import json
 import random
 from collections import deque
 
-from servelab.radix_cache import RadixCache
-from servelab.radix_scheduler import RadixEngine, RadixScheduler, Req, slot_model
-from servelab.scheduler import SequenceStatus
+from servelab.engine.radix import RadixEngine, slot_model
+from servelab.schedulers.radix_cache import RadixCache
+from servelab.schedulers.radix_scheduler import RadixScheduler, Req
+from servelab.schedulers.scheduler import SequenceStatus
 from servelab_autograder import ch04, spec
 from servelab_autograder.ch04 import BIG, Diverged, _digest, _int, _ints, _short, _show, workload
 from servelab_autograder.spec import Shape, Spec

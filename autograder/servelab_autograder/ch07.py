@@ -1,7 +1,7 @@
 """Chapter 07's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
 The learner writes the three pieces of the engine between ``schedule()`` and the sampled tokens:
-``prepare_prefill`` and ``prepare_decode`` (a scheduled batch of sequences into a :class:`servelab.llm.Batch`
+``prepare_prefill`` and ``prepare_decode`` (a scheduled batch of sequences into a :class:`servelab.engine.llm.Batch`
 of tensors) and ``paged_attention`` (one layer's K/V stored through the slot mapping, then each sequence's
 queries against its context read back through its block table). Each is run by a *driver* on plain data:
 
@@ -31,10 +31,10 @@ import functools
 import numpy as np
 import torch
 
-from servelab import llm
-from servelab import scheduler as sched
-from servelab.model import Model, ModelConfig
-from servelab.workloads import engine_requests
+from servelab.analytic.workloads import engine_requests
+from servelab.engine import llm
+from servelab.engine.model import Model, ModelConfig
+from servelab.schedulers import scheduler as sched
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 
@@ -184,7 +184,7 @@ def _states_call(name: str):
 
 
 def to_batch(b: dict) -> llm.Batch:
-    """A :class:`servelab.llm.Batch` of long tensors from its fields as lists."""
+    """A :class:`servelab.engine.llm.Batch` of long tensors from its fields as lists."""
     t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     return llm.Batch(*(t(b[f]) for f in FIELDS[:7]), is_prefill=bool(b["is_prefill"]), last_rows=t(b["last_rows"]))
 

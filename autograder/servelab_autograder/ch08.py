@@ -1,7 +1,7 @@
 """Chapter 08's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.kv_tiers`, how its result is read
-(a finite number of seconds or bytes per second) and shown. A model or a GPU crosses to the learner's kernel as the
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.kv_tiers`, how its result is
+read (a finite number of seconds or bytes per second) and shown. A model or a GPU crosses to the learner's kernel as the
 dict of its fields (:func:`case`); a driver (``drive_*``) rebuilds the ``ModelSpec`` / ``GPUSpec`` there and calls
 the function once; the reference goes through the same driver on the grader's side.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from servelab import kv_tiers
-from servelab.costmodel import GPUSpec, ModelSpec
+from servelab.analytic import kv_tiers
+from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Spec
 

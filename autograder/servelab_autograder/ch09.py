@@ -1,7 +1,7 @@
 """Chapter 09's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.capacity`, how its result is read
-(converted to plain ``int`` / ``float``, never compared as the learner built it) and shown. A model or a GPU
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.capacity`, how its result is
+read (converted to plain ``int`` / ``float``, never compared as the learner built it) and shown. A model or a GPU
 crosses to the learner's kernel as the dict of its fields (:func:`case`); a driver (``drive_*``) rebuilds the
 ``ModelSpec`` / ``GPUSpec`` there and calls the function once; the reference goes through the same driver on the
 grader's side.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from servelab import capacity
-from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
+from servelab.analytic import capacity
+from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 
@@ -124,7 +124,7 @@ def _knee_note(args, got, want) -> str:
     m, g = ModelSpec(**model), GPUSpec(**gpu)
 
     def bound(budget):
-        from servelab import costmodel
+        from servelab.analytic import costmodel
         return costmodel.step_cost(m, g, prefill_tokens=budget - d, decode_context_lens=[ctx] * d).bound
 
     note = f"\n  the reference's step: {d} decodes + a chunk of {want - d} tokens"

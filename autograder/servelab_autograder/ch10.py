@@ -1,8 +1,8 @@
 """Chapter 10's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-``postprocess`` is a method of the asynchronous scheduler (:class:`servelab.async_scheduler.AsyncScheduler`), so it
-is **driven**: a case is the scheduler's state as plain data (:func:`snapshot`: chapter 02's state of the nano-vllm
-scheduler plus each sequence's placeholders, finished KV, hashed blocks and preemption count, and the waste
+``postprocess`` is a method of the asynchronous scheduler (:class:`servelab.schedulers.async_scheduler.AsyncScheduler`),
+so it is **driven**: a case is the scheduler's state as plain data (:func:`snapshot`: chapter 02's state of the
+nano-vllm scheduler plus each sequence's placeholders, finished KV, hashed blocks and preemption count, and the waste
 counters) and the step whose tokens have arrived (:func:`step_data`), recorded from a run of the reference at the
 moment it calls ``postprocess``. The driver (:func:`drive_postprocess`) builds a scheduler in that state, calls the
 learner's method once and returns what it returned and the state it left, as plain data; the grader runs the same
@@ -20,9 +20,9 @@ import json
 import math
 import numbers
 
-from servelab import async_scheduler as ref
-from servelab.async_scheduler import AsyncScheduler, Step
-from servelab.scheduler import SamplingParams, Sequence
+from servelab.schedulers import async_scheduler as ref
+from servelab.schedulers.async_scheduler import AsyncScheduler, Step
+from servelab.schedulers.scheduler import SamplingParams, Sequence
 from servelab_autograder import ch02, common, spec
 from servelab_autograder.spec import Shape, Spec
 
@@ -100,7 +100,7 @@ def drive_postprocess(fn, where: str, state: dict, step: dict) -> dict:
 
 
 def small_model(step: Step) -> list:
-    """The fake model of servelab.async_scheduler over a vocabulary of VOCAB tokens."""
+    """The fake model of servelab.schedulers.async_scheduler over a vocabulary of VOCAB tokens."""
     return [None if t is None else t % VOCAB for t in ref.fake_model(step)]
 
 

@@ -1,7 +1,7 @@
 """Chapter 11's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.spec_decode`, how its result is
-read (plain ``int`` / ``float`` / lists, never compared as the learner built it) and shown.
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.schedulers.spec_decode`, how its result
+is read (plain ``int`` / ``float`` / lists, never compared as the learner built it) and shown.
 
 Two exercises are methods of the look-ahead block manager (``may_append``, ``rollback``): each is **driven**. A
 case is a block manager and one sequence as plain data (:func:`bm_state`, :func:`seq_state`); the driver
@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from servelab import spec_decode
-from servelab.costmodel import GPUSpec, ModelSpec
-from servelab.spec_decode import LookaheadBlockManager, Sequence
+from servelab.analytic.costmodel import GPUSpec, ModelSpec
+from servelab.schedulers import spec_decode
+from servelab.schedulers.spec_decode import LookaheadBlockManager, Sequence
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 

@@ -1,7 +1,7 @@
 """Chapter 12's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.queueing`, how its result is read
-(converted to a plain ``float`` or ``bool``, never compared as the learner built it) and shown. ``retry_delay``
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.queueing`, how its result is
+read (converted to a plain ``float`` or ``bool``, never compared as the learner built it) and shown. ``retry_delay``
 takes a ``random.Random``: a case carries its seed (or None for no jitter) and the driver :func:`drive_retry`
 builds the generator in the learner's kernel; the reference goes through the same driver on the grader's side.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 
-from servelab import queueing
+from servelab.analytic import queueing
 from servelab_autograder import common, spec
 from servelab_autograder.spec import DEFAULT, Shape, Spec
 

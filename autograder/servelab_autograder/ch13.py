@@ -1,8 +1,8 @@
 """Chapter 13's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.fairness`, how its result is read
-(converted to plain ``int`` / ``float`` / ``str``, never compared as the learner built it) and shown. A model, a GPU
-or token weights cross to the learner's kernel as the dict of their fields, a set of tenants as a sorted list
+:data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.fairness`, how its result is
+read (converted to plain ``int`` / ``float`` / ``str``, never compared as the learner built it) and shown. A model, a
+GPU or token weights cross to the learner's kernel as the dict of their fields, a set of tenants as a sorted list
 (:func:`case`); a driver (``drive_*``) rebuilds the objects there and calls the function once; the reference goes
 through the same driver on the grader's side.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 import math
 
-from servelab import costmodel, fairness
-from servelab.costmodel import GPUSpec, ModelSpec
-from servelab.fairness import TokenWeights
+from servelab.analytic import costmodel, fairness
+from servelab.analytic.costmodel import GPUSpec, ModelSpec
+from servelab.analytic.fairness import TokenWeights
 from servelab_autograder import common, spec
 from servelab_autograder.spec import Shape, Spec
 

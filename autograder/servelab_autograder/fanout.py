@@ -49,7 +49,7 @@ def learnerless_gradebook(db_path: Path) -> bytes:
 def _worker_scratch() -> Path:
     """A staging folder for this worker process, swept like the head's when the process is gone."""
     global _scratch
-    from servelab_autograder.grade import STAGING_PREFIX
+    from servelab_autograder.staging import STAGING_PREFIX
 
     if _scratch is None or not _scratch.is_dir():
         _scratch = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX))

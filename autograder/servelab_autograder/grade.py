@@ -68,6 +68,7 @@ import nbformat
 from servelab_autograder import limits as grading_limits
 from servelab_autograder import sandbox, verdicts
 from servelab_autograder.kernel_guard import ENV_PLAN, TIMEOUT_ENAME
+from servelab_autograder.staging import STAGING_PREFIX, sweep_stale_staging
 
 MAX_NOTEBOOK_BYTES = 50 * 1024 * 1024
 MAX_ATTEMPTS = 4  # one run plus up to three re-grades
@@ -440,28 +441,6 @@ class Job:
     box_dir: Path | None = None
     timed_out_cell: bool = False
     kernel_died: bool = False
-
-
-STAGING_PREFIX = "servelab-grade-"
-
-
-def sweep_stale_staging() -> list[Path]:
-    """Remove the staging folders (and sandbox mounts) of graders that were killed; returns them."""
-    swept = []
-    for staging in Path(tempfile.gettempdir()).glob(STAGING_PREFIX + "*"):
-        try:
-            owner = int((staging / "owner.pid").read_text(encoding="utf-8"))
-            os.kill(owner, 0)
-            continue  # its grader still runs
-        except ProcessLookupError:
-            pass
-        except (OSError, ValueError):
-            continue  # not ours to judge (no owner file yet, or someone else's)
-        for box in staging.glob("s[0-9]*"):
-            sandbox.sweep(box)
-        shutil.rmtree(staging, ignore_errors=True)
-        swept.append(staging)
-    return swept
 
 
 class Grader:

@@ -185,7 +185,7 @@ def as_fields(obj, cls) -> dict:
 
 def model_and_gpu() -> dict:
     """The plain form of a `model` and a `gpu` argument: their fields (a driver rebuilds them)."""
-    from servelab.costmodel import GPUSpec, ModelSpec
+    from servelab.analytic.costmodel import GPUSpec, ModelSpec
 
     return {"model": lambda v: as_fields(v, ModelSpec), "gpu": lambda v: as_fields(v, GPUSpec)}
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab_autograder import known_wrong, plain
+from servelab_autograder import known_wrong, paths, plain
 from servelab_autograder.probe import answer
 from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, atlas_value, case_key, request_call
 
@@ -183,11 +183,9 @@ class Pitfalls:
     def __init__(self, chapter: Chapter, root: Path):
         import nbformat
 
-        from servelab_autograder import release
-
         root = Path(root)
         self.chapter = chapter
-        nb = nbformat.read(release.source_notebook(root, chapter.assignment), as_version=4)
+        nb = nbformat.read(paths.source_notebook(root, chapter.assignment), as_version=4)
         self.solution = known_wrong.solution_cells(nb)
         ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells]
         self.setup = {gid: c.source for gid, c in zip(ids, nb.cells) if gid in chapter.setup}
@@ -352,11 +350,9 @@ def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | N
     ``stop_early``: the verdict alone, as fast as it can be had (mutation testing grades thousands of wrong
     programs): an exercise's cases are asked for and judged one at a time, up to the first that fails, and no
     pitfall is named."""
-    from servelab_autograder import release
-
     if stop_early:
         return {cell: _first_failure(chapter, cell, seed, namespace) for cell in cells or chapter.cells}
-    pitfalls = pitfalls or Pitfalls(chapter, root or release.repo_root())
+    pitfalls = pitfalls or Pitfalls(chapter, root or paths.repo_root())
     out = {}
     for cell in cells or chapter.cells:
         reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
@@ -408,13 +404,13 @@ def atlas_text(chapter: Chapter, root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from servelab_autograder import checks, release
+    from servelab_autograder import checks
 
     parser = argparse.ArgumentParser(prog="python -m servelab_autograder.verdicts",
                                      description="Write the pitfall atlas of every chapter that has a table.")
     parser.add_argument("--check", action="store_true", help="exit 1 if an atlas differs from a fresh build")
     args = parser.parse_args(argv)
-    root = release.repo_root()
+    root = paths.repo_root()
     stale = []
     for chapter in checks.tables():
         text = atlas_text(chapter, root)

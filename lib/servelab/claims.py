@@ -2,9 +2,9 @@
 
 A `Claim` is one number a notebook states (in its text or in a cell's output): its value, computed here from the
 library, how the notebook prints it (`fmt`), the notebook cell that states it (its nbformat id), and the serving
-point it describes (`servelab.serving.ServingPoint`), or, for a number that describes no single step (a queueing
-limit, a ratio of two prices), the reason why. tests/test_claims.py recomputes every claim, fails when the cell
-states anything else, and fails when its point cannot run (`servelab.serving.check`).
+point it describes (`servelab.analytic.serving.ServingPoint`), or, for a number that describes no single step (a
+queueing limit, a ratio of two prices), the reason why. tests/test_claims.py recomputes every claim, fails when the cell
+states anything else, and fails when its point cannot run (`servelab.analytic.serving.check`).
 
 To register a chapter's numbers: write a function `_chNN() -> list[Claim]` below that computes them with the same
 library calls the notebook makes, and add it to `CHAPTERS` under the chapter's assignment name. A number chosen to
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab import capacity, costmodel, queueing, serving
-from servelab.costmodel import (
+from servelab.analytic import capacity, costmodel, queueing, serving
+from servelab.analytic.costmodel import (
     DEFAULT_STEP_OVERHEAD_S,
     H100_SXM,
     H200,
@@ -30,7 +30,7 @@ from servelab.costmodel import (
     GPUSpec,
     ModelSpec,
 )
-from servelab.serving import ServingPoint
+from servelab.analytic.serving import ServingPoint
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
 
@@ -161,7 +161,7 @@ def _ch03_drills(a: str) -> list[Claim]:
 def _ch04() -> list[Claim]:
     """Chapter 04's opening: 100 requests behind one 2000-token system prompt, LLaMA-2-7B; the point is the decode
     step of all 100 with the prompt in their context, on the H200 the chapter prices its reads on."""
-    from servelab.prefix_compare import compare, shared_system_prompt
+    from servelab.engine.prefix_compare import compare, shared_system_prompt
 
     a = "ch04_radix_cache"
     runs = {r.label.strip(): r for r in compare(shared_system_prompt(n_requests=100, prompt_len=2000, seed=0),
@@ -182,7 +182,7 @@ def _ch04() -> list[Claim]:
 
 def _ch05() -> list[Claim]:
     """Chapter 05's opening: the radix cache's hit rate on eight five-turn chats at two cache sizes."""
-    from servelab.prefix_compare import multi_turn_chats, sweep_cache_sizes
+    from servelab.engine.prefix_compare import multi_turn_chats, sweep_cache_sizes
 
     a = "ch05_lock_ref_eviction"
     runs = sweep_cache_sizes(multi_turn_chats(n_chats=8, turns=5, seed=0), [512, 1024], block_size=16)
@@ -437,7 +437,7 @@ def _ch12_drills(a: str) -> list[Claim]:
 
 def _ch13() -> list[Claim]:
     """The interference and the KV quota of chapter 13's interview answer, on the steps they describe."""
-    from servelab import fairness
+    from servelab.analytic import fairness
 
     a = "ch13_fairness_and_priority"
     chats = (2000,) * 64
@@ -461,7 +461,7 @@ def _ch13() -> list[Claim]:
 
 def _ch13_interview(a: str) -> list[Claim]:
     """The interview answer's token prices and the documents the 30 ms target alone would allow."""
-    from servelab import fairness
+    from servelab.analytic import fairness
 
     flat = fairness.token_weights(LLAMA31_8B, H100_SXM, prompt_len=2000, batch=64, context_len=2000)
     by_target = max(n for n in range(0, 200)
@@ -479,7 +479,7 @@ def _ch13_interview(a: str) -> list[Claim]:
 
 def _ch13_drills(a: str) -> list[Claim]:
     """The drills' answers as the solution's drills cell prints them, on their steps."""
-    from servelab import fairness
+    from servelab.analytic import fairness
 
     d1 = fairness.interactive_tpot(LLAMA31_8B, H100_SXM, 96, 1500, 12, 24000) * 1e3
     d2 = fairness.batch_kv_quota(LLAMA31_8B, H100_SXM, 0.020, 96, 1500, 24000)
@@ -503,7 +503,7 @@ def _ch13_drills(a: str) -> list[Claim]:
 def _ch13_shares(a: str) -> list[Claim]:
     """The document tenant's share of the GPU beside a chat tenant (cell-03, the interview), measured in the
     simulator from step durations while both are backlogged, under three schedulers."""
-    from servelab import fairness
+    from servelab.analytic import fairness
     from servelab.simulator import MixedBudget, Requests, TokenFair, Traced, simulate
     from servelab.simulator.fair import measured_service, tenant_service
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from servelab import batching as ref
-from servelab import workloads
+from servelab.analytic import batching as ref
+from servelab.analytic import workloads
 from servelab_autograder import ch01
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise, Relation
 
@@ -82,9 +82,9 @@ DRILL_5_LENS = workloads.output_lengths(2000, "uniform", seed=3, lo=1, hi=200)
 
 CHAPTER = Chapter(
     assignment=ch01.ASSIGNMENT,
-    prelude="import heapq\nimport math\nimport numbers\nimport random\n\nfrom servelab import workloads\n",
+    prelude="import heapq\nimport math\nimport numbers\nimport random\n\nfrom servelab.analytic import workloads\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_7"),
-    references=tuple(f"servelab.batching:{n}" for n in (
+    references=tuple(f"servelab.analytic.batching:{n}" for n in (
         "simulate_static", "simulate_continuous", "naive_continuous", "utilization", "lower_bound",
         "slot_assignments", "simulate_continuous_arrivals", "expected_max", "predicted_gain")),
     exercises=(

@@ -19,9 +19,9 @@ import copy
 import math
 import random
 
-from servelab import costmodel, workloads
-from servelab.engine import Engine, expected
-from servelab.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
+from servelab.analytic import costmodel, workloads
+from servelab.engine.driver import Engine, expected
+from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
 from servelab_autograder import ch02, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -182,12 +182,12 @@ def _drill_paged_fit(block_size: int) -> int:
 
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
-    prelude="import servelab.scheduler\nfrom servelab.scheduler import BlockManager, SamplingParams, Sequence, "
-            "SequenceStatus\n",
+    prelude="import servelab.schedulers.scheduler\n"
+            "from servelab.schedulers.scheduler import BlockManager, SamplingParams, Sequence, SequenceStatus\n",
     demos=("setup_2", "setup_3", "setup_5", "setup_6", "setup_7", "setup_9"),
     setup=("setup_4", "setup_8"),
-    references=("servelab.scheduler:Scheduler.schedule", "servelab.scheduler:Scheduler.preempt",
-                "servelab.scheduler:Scheduler.postprocess", "servelab.scheduler:BlockManager.can_allocate"),
+    references=tuple(f"servelab.schedulers.scheduler:{n}" for n in (
+        "Scheduler.schedule", "Scheduler.preempt", "Scheduler.postprocess", "BlockManager.can_allocate")),
     exercises=(
         Exercise(S["needs_new_block"], "test_needs_new_block", fixed=ch02.rule_cases, random=_rule_random),
         Exercise(S["preempt"], "test_preempt", fixed=_fixed("preempt"), random=_random("preempt", 40)),

@@ -45,8 +45,8 @@ import functools
 import math
 import random
 
-from servelab import costmodel
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
 from servelab_autograder import ch03, common, known_wrong, release, spec
 from servelab_autograder.ch03 import Scenario
 from servelab_autograder.spec import DEFAULT
@@ -427,14 +427,15 @@ def _v1_random(rng: random.Random) -> list:
 
 CHAPTER = Chapter(
     assignment=ch03.ASSIGNMENT,
-    prelude="import math\n\nimport numpy as np\n\nfrom servelab import costmodel\nfrom servelab.costmodel import "
-            "DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B\n"
-            "from servelab.vllm_scheduler import RequestStatus\n",
+    prelude="import math\n\nimport numpy as np\n\nfrom servelab.analytic import costmodel\n"
+            "from servelab.analytic.costmodel import (DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B,\n"
+            "                                         LLAMA31_8B)\n"
+            "from servelab.schedulers.vllm_scheduler import RequestStatus\n",
     demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12"),
-    references=("servelab.costmodel:max_prefill_chunk", "servelab.costmodel:max_backlog_tokens",
+    references=("servelab.analytic.costmodel:max_prefill_chunk", "servelab.analytic.costmodel:max_backlog_tokens",
                 "servelab.simulator.policies:MixedBudget.schedule",
                 "servelab.simulator.policies:MixedBudget._shortest_first",
-                "servelab.vllm_scheduler:Scheduler.schedule"),
+                "servelab.schedulers.vllm_scheduler:Scheduler.schedule"),
     exercises=(
         Exercise(S["kv_bytes_per_token"], "test_kv_bytes_per_token", fixed=_kv_fixed, random=_kv_random),
         Exercise(S["step_time"], "test_step_time", fixed=_step_fixed, random=_step_random),

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import random
 
-from servelab.costmodel import LLAMA2_7B, KiB
-from servelab.radix_cache import RadixCache
-from servelab.scheduler import BlockManager
-from servelab.scheduler import Sequence as NanoSequence
+from servelab.analytic.costmodel import LLAMA2_7B, KiB
+from servelab.schedulers.radix_cache import RadixCache
+from servelab.schedulers.scheduler import BlockManager
+from servelab.schedulers.scheduler import Sequence as NanoSequence
 from servelab_autograder import ch04, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -132,10 +132,10 @@ def _drill_paged_reuse() -> int:
 
 CHAPTER = Chapter(
     assignment=ch04.ASSIGNMENT,
-    prelude="import servelab.radix_cache\n",
+    prelude="import servelab.schedulers.radix_cache\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_7"),
     setup=("setup_6",),
-    references=tuple(f"servelab.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
+    references=tuple(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
     exercises=(
         Exercise(S["child_key"], "test_child_key", fixed=ch04.child_key_cases, random=_child_key_random),
         Exercise(S["_match_len"], "test_match_len", fixed=ch04.match_len_cases, random=_match_len_random),

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 import random
 
-from servelab.radix_cache import RadixCache
-from servelab.radix_scheduler import (
-    MIN_NEW_TOKEN_RATIO_FACTOR,
-    TokenToKVPoolAllocator,
-    decode_reservation,
-    lpm_starvation,
-)
+from servelab.engine.radix import lpm_starvation
+from servelab.schedulers.radix_cache import RadixCache
+from servelab.schedulers.radix_scheduler import MIN_NEW_TOKEN_RATIO_FACTOR, TokenToKVPoolAllocator, decode_reservation
 from servelab_autograder import ch04, ch05, common
 from servelab_autograder.checks.ch04 import random_workloads
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -98,7 +94,7 @@ RESERVE_FREE, RESERVE_EVICTABLE, RESERVE_RUNNING, RESERVE_LEFT, RESERVE_RATIO = 
 
 def _drill_room_with_reservation() -> int:
     """SGLang's admission room: free + evictable slots less the running requests' reservation, min(tokens left,
-    4096) x new_token_ratio each (servelab.radix_scheduler.decode_reservation)."""
+    4096) x new_token_ratio each (servelab.schedulers.radix_scheduler.decode_reservation)."""
     held = decode_reservation([RESERVE_LEFT] * RESERVE_RUNNING, RESERVE_RATIO)
     return round(RESERVE_FREE + RESERVE_EVICTABLE - held)
 
@@ -110,11 +106,11 @@ def _drill_reservation_at_the_floor() -> int:
 
 CHAPTER = Chapter(
     assignment=ch05.ASSIGNMENT,
-    prelude="import heapq\nimport servelab.radix_cache\nimport servelab.radix_scheduler\n",
+    prelude="import heapq\nimport servelab.schedulers.radix_cache\nimport servelab.schedulers.radix_scheduler\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_6", "setup_7", "setup_8"),
     setup=("setup_5",),
-    references=("servelab.radix_cache:RadixCache.inc_lock_ref", "servelab.radix_cache:RadixCache.dec_lock_ref",
-                "servelab.radix_cache:RadixCache.evict", "servelab.radix_scheduler:RadixScheduler.cache_finished_req"),
+    references=(*(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ("inc_lock_ref", "dec_lock_ref", "evict")),
+                "servelab.schedulers.radix_scheduler:RadixScheduler.cache_finished_req"),
     exercises=(
         Exercise(S["inc_lock_ref"], "test_inc_lock_ref", fixed=lambda: ch05.visible_cases("inc_lock_ref"),
                  random=_deep("inc_lock_ref", _random("inc_lock_ref", 12))),

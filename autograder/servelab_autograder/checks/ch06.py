@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 
-from servelab.costmodel import H200, shared_prefix_decode_traffic
+from servelab.analytic.costmodel import H200, shared_prefix_decode_traffic
 from servelab.kernels import exercises as ex
 from servelab_autograder import ch06
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -122,7 +122,7 @@ CHAPTER = Chapter(
         "servelab.kernels.split_kv:split_kv_decode", "servelab.kernels.split_kv:decode_attention",
         "servelab.kernels.split_kv:split_kv_decode_kernel", "servelab.kernels.split_kv:merge_splits_kernel",
         "servelab.kernels.prefill:prefill_attention", "servelab.kernels.prefill:prefill_attention_kernel",
-        "servelab.costmodel:shared_prefix_decode_traffic"),
+        "servelab.analytic.costmodel:shared_prefix_decode_traffic"),
     exercises=(
         Exercise(S["store_kv_kernel"], "test_store_kv_kernel",
                  fixed=lambda: [([5, -1, 0], 4, 3, 1, 16, "float32", 0),            # the notebook's example

@@ -7,8 +7,8 @@ the workloads of seeds drawn from the run's seed, and sequences in random states
 ids, prefixes cached up to any token). The pitfall atlas of the learner-facing module is made from the fixed ones.
 
 While this chapter grades, the sandbox's library has none of the ``references`` below: the engine's reference
-pieces (``servelab.llm.prepare_prefill``, ``prepare_decode``, ``paged_attention``) and every library function that
-would store K/V through a slot mapping or attend through a block table for ``paged_attention`` (chapter 06's
+pieces (``servelab.engine.llm.prepare_prefill``, ``prepare_decode``, ``paged_attention``) and every library function
+that would store K/V through a slot mapping or attend through a block table for ``paged_attention`` (chapter 06's
 kernels, their entry points and float64 references, ``gather_kv``). The cells that run the engine are demos. What
 stays reachable: ``Batch``, ``block_tables`` and ``causal_attention`` (given to the learner), the schedulers, the
 model.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from servelab import costmodel
+from servelab.analytic import costmodel
 from servelab_autograder import ch07
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -112,11 +112,12 @@ WITH_CACHE = PROMPT + NEW - 1
 
 CHAPTER = Chapter(
     assignment=ch07.ASSIGNMENT,
-    prelude=("import torch\n\nfrom servelab.llm import Batch, block_tables\n"
-             "from servelab.model import causal_attention\n"),
+    prelude=("import torch\n\nfrom servelab.engine.llm import Batch, block_tables\n"
+             "from servelab.engine.model import causal_attention\n"),
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
     references=(
-        "servelab.llm:prepare_prefill", "servelab.llm:prepare_decode", "servelab.llm:paged_attention",
+        "servelab.engine.llm:prepare_prefill", "servelab.engine.llm:prepare_decode",
+        "servelab.engine.llm:paged_attention",
         "servelab.kernels.reference:ref_store_kvcache", "servelab.kernels.reference:ref_paged_decode",
         "servelab.kernels.reference:ref_prefill_attention", "servelab.kernels.reference:attention_f64",
         "servelab.kernels.reference:gather_kv", "servelab.kernels.store:store_kvcache",

@@ -6,13 +6,13 @@ Arguments are plain data made by ``ch08.case`` (a model or GPU as its fields).
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays:
 
-- every function of ``servelab.kv_tiers`` the exercises or the drills could be answered with is blocked
+- every function of ``servelab.analytic.kv_tiers`` the exercises or the drills could be answered with is blocked
   (``recompute_time``, ``break_even_bandwidth``, ``effective_copy_bandwidth``, ``break_even_copy_bytes``,
   ``swap_copies``, ``swap_copy_bytes``, ``swap_time``); its constants stay (the notebook's setup reads them).
 - ``costmodel.step_cost`` stays: recompute_time is written with it (its FLOPs, at a fraction of peak, are the
   exercise; a call that divides by the peak alone, or prices a one-token step, fails the cases), and drill 6 asks
   when it turns compute-bound.
-- ``servelab.simulator`` (whose ``Swap`` prices copies with ``kv_tiers.swap_time``) and ``servelab.plots_kv`` (which
+- ``servelab.simulator`` (whose ``Swap`` prices copies with ``kv_tiers.swap_time``) and ``servelab.plots.kv`` (which
   draws ``effective_copy_bandwidth``) are used only by the walkthrough's cells, which are demos: not run while
   grading. setup_1 (imports) and setup_2 (the assumptions, read from constants) run as they are.
 """
@@ -23,9 +23,9 @@ import dataclasses
 import math
 import random
 
-from servelab import costmodel
-from servelab import kv_tiers as K
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
+from servelab.analytic import costmodel
+from servelab.analytic import kv_tiers as K
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
 from servelab_autograder import ch08, common, known_wrong, release, spec
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -201,10 +201,10 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch08.ASSIGNMENT,
-    prelude="import math\n\nimport numpy as np\n\nfrom servelab import costmodel, kv_tiers\nfrom servelab.costmodel "
-            "import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
+    prelude="import math\n\nimport numpy as np\n\nfrom servelab.analytic import costmodel, kv_tiers\n"
+            "from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
     demos=("setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9"),
-    references=tuple(f"servelab.kv_tiers:{n}" for n in (
+    references=tuple(f"servelab.analytic.kv_tiers:{n}" for n in (
         "recompute_time", "break_even_bandwidth", "effective_copy_bandwidth", "break_even_copy_bytes", "swap_copies",
         "swap_copy_bytes", "swap_time")),
     exercises=(

@@ -6,7 +6,7 @@ Arguments are plain data made by ``ch09.case`` (a model or GPU as its fields).
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays:
 
-- every function of ``servelab.capacity`` an exercise is, and the two that would answer one in a call:
+- every function of ``servelab.analytic.capacity`` an exercise is, and the two that would answer one in a call:
   ``running_ceilings`` (it holds compute_ridge_batch and kv_ceiling) and ``prefill_share_ratio`` (drill 5).
 - ``costmodel`` stays whole: the exercises are written with ``step_cost`` (its ``bound``) and
   ``kv_capacity_tokens`` is one line of kv_ceiling, not the exercise (the pitfall is what is left of the memory).
@@ -23,8 +23,8 @@ import dataclasses
 import math
 import random
 
-from servelab import capacity
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic import capacity
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 from servelab_autograder import ch09, known_wrong, release
 from servelab_autograder.spec import DEFAULT
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -239,10 +239,10 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch09.ASSIGNMENT,
-    prelude="import dataclasses\nimport math\n\nfrom servelab import capacity, costmodel\n"
-            "from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
+    prelude="import dataclasses\nimport math\n\nfrom servelab.analytic import capacity, costmodel\n"
+            "from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
-    references=tuple(f"servelab.capacity:{n}" for n in (
+    references=tuple(f"servelab.analytic.capacity:{n}" for n in (
         "kv_ceiling", "compute_ridge_batch", "running_ceilings", "resident_sequences", "fleet_size",
         "prefill_share_ratio", "budget_knee")),
     exercises=(

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import random
 
-from servelab import costmodel
-from servelab.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 from servelab_autograder import ch10, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -136,11 +136,11 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch10.ASSIGNMENT,
-    prelude="from servelab import costmodel\nfrom servelab.costmodel import H100_SXM, LLAMA3_8B\n"
-            "from servelab.scheduler import SequenceStatus\n",
+    prelude="from servelab.analytic import costmodel\nfrom servelab.analytic.costmodel import H100_SXM, LLAMA3_8B\n"
+            "from servelab.schedulers.scheduler import SequenceStatus\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
-    references=("servelab.async_scheduler:AsyncScheduler.postprocess", "servelab.async_scheduler:wasted_work",
-                "servelab.async_scheduler:overlap_speedup"),
+    references=tuple(f"servelab.schedulers.async_scheduler:{n}" for n in (
+        "AsyncScheduler.postprocess", "wasted_work", "overlap_speedup")),
     exercises=(
         Exercise(S["postprocess"], "test_postprocess", fixed=lambda: ch10.cases_of("postprocess",
                                                                                    ch10.visible_scenarios()),

@@ -10,7 +10,7 @@ drafts cleared, look-ahead blocks still held) for ``rollback``, as ``SpecSchedul
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays:
 
-- every function of ``servelab.spec_decode`` an exercise is: ``fit_drafts``, ``expected_tokens_per_step``,
+- every function of ``servelab.schedulers.spec_decode`` an exercise is: ``fit_drafts``, ``expected_tokens_per_step``,
   ``speculative_speedup``, ``crossover_batch``, ``LookaheadBlockManager.may_append`` / ``rollback``; and those that
   would answer one in a call: ``LookaheadBlockManager.blocks_short`` / ``can_append`` (may_append's count),
   ``verify_step_time`` and ``draft_time`` (speculative_speedup's two prices).
@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from servelab import spec_decode
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.schedulers import spec_decode
 from servelab_autograder import ch11, known_wrong, release
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -230,14 +230,15 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch11.ASSIGNMENT,
-    prelude="import dataclasses\nimport math\n\nfrom servelab import costmodel, spec_decode\n"
-            "from servelab.costmodel import H100_SXM, H200, LLAMA3_8B, ModelSpec\n"
-            "from servelab.spec_decode import DRAFT_1B, LookaheadBlockManager, Sequence\n",
+    prelude="import dataclasses\nimport math\n\nfrom servelab.analytic import costmodel\n"
+            "from servelab.schedulers import spec_decode\n"
+            "from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, ModelSpec\n"
+            "from servelab.schedulers.spec_decode import DRAFT_1B, LookaheadBlockManager, Sequence\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
-    references=(*(f"servelab.spec_decode:{n}" for n in (
+    references=(*(f"servelab.schedulers.spec_decode:{n}" for n in (
         "fit_drafts", "expected_tokens_per_step", "speculative_speedup", "crossover_batch", "verify_step_time",
         "draft_time")),
-        *(f"servelab.spec_decode:LookaheadBlockManager.{n}" for n in (
+        *(f"servelab.schedulers.spec_decode:LookaheadBlockManager.{n}" for n in (
             "may_append", "rollback", "blocks_short", "can_append"))),
     exercises=(
         Exercise(S["fit_drafts"], "test_fit_drafts", fixed=_fit_fixed, random=_fit_random),

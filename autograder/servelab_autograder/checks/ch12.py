@@ -4,9 +4,9 @@ Fixed cases come first (the notebook's and the visible asserts', then one for ea
 pitfall atlas of the learner-facing module is made from them. The random ones are drawn from the run's seed.
 
 What the sandbox's library lacks while this chapter grades (``references``): every function of
-``servelab.queueing`` an exercise is, and the three that would answer utilization_limit in a call (mg1_mean_wait,
-wait_quantile, ttft_quantile). The simulator stays (the demos use it; they are not run while grading): its
-``Backoff`` calls ``queueing.retry_delay`` through the module, so it finds the blocked one too.
+``servelab.analytic.queueing`` an exercise is, and the three that would answer utilization_limit in a call
+(mg1_mean_wait, wait_quantile, ttft_quantile). The simulator stays (the demos use it; they are not run while grading):
+its ``Backoff`` calls ``queueing.retry_delay`` through the module, so it finds the blocked one too.
 
 The walkthrough's cells that call the references or the simulator (the TTFT curves and their simulation, the limit
 table, the engine's departures, the spike under three rules, the retry storm) are demos. setup_1 (imports and two
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 
-from servelab import queueing
+from servelab.analytic import queueing
 from servelab_autograder import ch12
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -138,7 +138,7 @@ CHAPTER = Chapter(
     assignment=ch12.ASSIGNMENT,
     prelude="import math\nimport random\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
-    references=tuple(f"servelab.queueing:{n}" for n in (
+    references=tuple(f"servelab.analytic.queueing:{n}" for n in (
         "mg1_mean_wait", "wait_quantile", "ttft_quantile", "utilization_limit", "drain_time", "dead_requests",
         "admit_by_deadline", "retry_delay")),
     exercises=(

@@ -7,7 +7,8 @@ a sorted list).
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays:
 
-- every function of ``servelab.fairness`` an exercise is, ``document_len_for_share`` (drill 3 in one call), and the
+- every function of ``servelab.analytic.fairness`` an exercise is, ``document_len_for_share`` (drill 3 in one call), and
+the
   three methods of ``VirtualTokenCounter`` that would answer ``next_tenant`` (``charge``, ``activate``, ``pick``).
 - ``costmodel`` stays whole (the exercises are written with ``step_time``), and so do ``token_weights`` and
   ``TokenWeights`` (the prices are chapter 09's; the exercises are what is done with them).
@@ -21,9 +22,9 @@ from __future__ import annotations
 
 import random
 
-from servelab import costmodel, fairness
-from servelab.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
-from servelab.fairness import TokenWeights, token_weights
+from servelab.analytic import costmodel, fairness
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
+from servelab.analytic.fairness import TokenWeights, token_weights
 from servelab_autograder import ch13, known_wrong, release
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -193,11 +194,11 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch13.ASSIGNMENT,
-    prelude="import math\n\nimport numpy as np\n\nfrom servelab import costmodel, fairness\n"
-            "from servelab.costmodel import H100_SXM, LLAMA2_7B, LLAMA31_8B\n"
-            "from servelab.fairness import TokenWeights, token_weights\n",
+    prelude="import math\n\nimport numpy as np\n\nfrom servelab.analytic import costmodel, fairness\n"
+            "from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA31_8B\n"
+            "from servelab.analytic.fairness import TokenWeights, token_weights\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
-    references=tuple(f"servelab.fairness:{n}" for n in (
+    references=tuple(f"servelab.analytic.fairness:{n}" for n in (
         "interactive_tpot", "batch_kv_quota", "request_fair_shares", "document_len_for_share", "next_tenant",
         "VirtualTokenCounter.charge", "VirtualTokenCounter.activate", "VirtualTokenCounter.pick")),
     exercises=(

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from servelab.costmodel import H200, GPUSpec
+from servelab.analytic.costmodel import H200, GPUSpec
 from servelab.kernels.checks import (
     check_block_table_values,
     check_block_tables,
@@ -334,7 +334,7 @@ def decode_traffic(seq_lens: Sequence[int], num_q_heads: int, num_kv_heads: int,
     and the outputs written (2 x num_seqs x num_q_heads x head_dim); the block table and lengths (4 bytes per
     block) are left out. FLOPs: a multiply-add (2 FLOPs) per element of q.k and of p.v, for every query head
     and key: 4 x num_q_heads x head_dim x tokens. A prefix that several sequences share is counted once per
-    sequence, as this chapter's kernel reads it; ``servelab.costmodel.shared_prefix_decode_traffic`` counts a
+    sequence, as this chapter's kernel reads it; ``servelab.analytic.costmodel.shared_prefix_decode_traffic`` counts a
     kernel that reads it once for the batch.
     """
     tokens = sum(int(n) for n in seq_lens)

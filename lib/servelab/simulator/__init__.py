@@ -1,6 +1,6 @@
 """A step-driven serving simulator: requests arrive, a scheduler builds each step, the cost model prices it.
 
-The loop is an engine's, with the GPU replaced by `servelab.costmodel`:
+The loop is an engine's, with the GPU replaced by `servelab.analytic.costmodel`:
 
     admit the requests that have arrived by `now`
     ids, tokens = policy.schedule(state)          # which sequences compute how many tokens this step
@@ -24,12 +24,12 @@ Two policies share this machinery and differ only in what a step holds:
   prefill of a step may be cut to fit `max_num_batched_tokens`; otherwise the step decodes the running
   sequences. A long prompt therefore stops every running decode for as long as its prefill takes, and
   chunking does not help: a part-prefilled prompt keeps every step a prefill step until it is done.
-  With KV in tokens this is servelab.scheduler at block size 1 without prefix caching, step for step.
+  With KV in tokens this is servelab.schedulers.scheduler at block size 1 without prefix caching, step for step.
 * `MixedBudget` (decodes first, Sarathi-Serve's stall-free batching): every running sequence decodes in
   every step, then prefill chunks fill what is left of `max_num_batched_tokens`. A long prompt is spread over many
   steps, and no step is longer than the budget's worth of work.
 
-`V1` is vLLM V1's step itself, run by `servelab.vllm_scheduler`'s `Scheduler` inside this loop: running
+`V1` is vLLM V1's step itself, run by `servelab.schedulers.vllm_scheduler`'s `Scheduler` inside this loop: running
 requests first, then admissions from what is left of the budget, any request chunked, KV allocated in blocks
 step by step (the cache is kv_capacity // block_size blocks), recompute preemption of the last running one.
 
@@ -68,16 +68,16 @@ policy and keeps every step's (request id, tokens) pairs, for tables and for ste
 
 One concept per module: `arrivals` (arrival times, lengths, `Requests`), `state` (`ServingState`, what a
 policy sees), `policies` (`PrefillFirst`, `MixedBudget`, `Traced`), `admission` (rules applied on arrival),
-`v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.vllm_scheduler`), `preemption` (`Swap`),
+`v1` (`V1`, vLLM V1's scheduler as a policy, through `servelab.schedulers.vllm_scheduler`), `preemption` (`Swap`),
 `speculative` (`Speculation`), `clients` (`Clients`, `Backoff`, `QueueCap`), `fair` (`TokenFair`, `Priority`),
 `loop` (`simulate`), `mixed_fast` (the loop's fast form for a plain `MixedBudget()`: the same result, bit for
 bit, without per-sequence work in every step) and `metrics` (`SimResult`, `percentiles`); every name is
 importable from `servelab.simulator` itself.
 
-Time is in seconds throughout (arrivals, step times). `servelab.workloads.poisson_arrivals` is chapter 1's
+Time is in seconds throughout (arrivals, step times). `servelab.analytic.workloads.poisson_arrivals` is chapter 1's
 step-clock generator and returns integer *steps*; `poisson_arrivals` here returns float *seconds*.
 
->>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+>>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
 >>> reqs = Requests(poisson_arrivals(200, rate=5.0, seed=1), fixed_lengths(200, 512), fixed_lengths(200, 64))
 >>> res = simulate(reqs, MixedBudget(max_num_batched_tokens=2048), LLAMA3_8B, H100_SXM)
 >>> bool((res.generated == 64).all()), bool(res.tpot.max() < 0.02)

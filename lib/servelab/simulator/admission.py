@@ -34,7 +34,7 @@ def prefill_backlog(state: ServingState) -> int:
 @dataclass(frozen=True)
 class BacklogAdmission:
     """Admit request i iff prefill_backlog(state) + its prompt <= `max_backlog_tokens` (the limit that
-    servelab.costmodel.max_backlog_tokens derives from the TTFT and TPOT targets); reject it otherwise.
+    servelab.analytic.costmodel.max_backlog_tokens derives from the TTFT and TPOT targets); reject it otherwise.
 
     >>> BacklogAdmission(64_000).max_backlog_tokens
     64000

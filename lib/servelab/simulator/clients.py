@@ -18,7 +18,7 @@ client who waits at most `deadline_s` seconds for its first token, counted from 
 
 `QueueCap(max_waiting)` is the simplest refusal rule to pair with it (a queue-length cap); the deadline-aware one
 is `BacklogAdmission(int(prefill_tokens_per_s * deadline_s))`: refuse a request whose queued prompt tokens ahead,
-plus its own, cannot be prefilled before its deadline (servelab.queueing.admit_by_deadline is the same test).
+plus its own, cannot be prefilled before its deadline (servelab.analytic.queueing.admit_by_deadline is the same test).
 
 >>> Backoff(base_s=0.5, cap_s=4.0, jitter=False).delays()
 [0.5, 1.0, 2.0]
@@ -32,7 +32,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from servelab import queueing
+from servelab.analytic import queueing
 from servelab.simulator.arrivals import _is_int
 from servelab.simulator.state import ServingState
 

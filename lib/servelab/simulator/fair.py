@@ -4,7 +4,7 @@ Both policies build the budgeted mixed step of `MixedBudget` (every running sequ
 what is left of `max_num_batched_tokens`) and differ in who gets the leftover budget and who is admitted:
 
 * `TokenFair(tenant, weights)`: `tenant[i]` names request i's tenant. A virtual token counter per tenant
-  (`servelab.fairness.VirtualTokenCounter`) is charged each step with the tenant's decode tokens and prompt
+  (`servelab.analytic.fairness.VirtualTokenCounter`) is charged each step with the tenant's decode tokens and prompt
   tokens at the roofline's prices (`weights`); the leftover budget goes in `quantum`-token grants, each to the
   backlogged tenant with the smallest counter (its oldest part-prefilled prompt, else its oldest waiting request).
   A tenant that becomes backlogged again after having no work is lifted to the smallest counter of the tenants
@@ -20,8 +20,8 @@ what is left of `max_num_batched_tokens`) and differ in who gets the leftover bu
 
 Request ids are in arrival order (`Requests` sorts arrivals), so "latest arrival" is "largest id".
 
->>> from servelab.costmodel import LLAMA3_8B, H100_SXM
->>> from servelab.fairness import token_weights
+>>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
+>>> from servelab.analytic.fairness import token_weights
 >>> from servelab.simulator import Requests, simulate
 >>> reqs = Requests([0.0] * 8, [4000, 300] * 4, [50, 50] * 4)
 >>> w = token_weights(LLAMA3_8B, H100_SXM, 2000, 64, 2000)
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servelab.costmodel import GPUSpec, ModelSpec, cost_from_totals
-from servelab.fairness import ContextWeights, TokenWeights, VirtualTokenCounter
+from servelab.analytic.costmodel import GPUSpec, ModelSpec, cost_from_totals
+from servelab.analytic.fairness import ContextWeights, TokenWeights, VirtualTokenCounter
 from servelab.simulator.policies import _check_limits, _with_admitted
 from servelab.simulator.state import ServingState
 
@@ -146,7 +146,7 @@ class Priority:
     """Priority classes with a KV quota for the lower ones (see the module docstring). `priority[i]` is request
     i's class (0 interactive); `batch_kv_quota` caps the KV tokens that all classes above 0 hold together, checked
     when one is admitted (each then grows by a slot a decode: size the quota at the sequences' final length, as
-    `servelab.fairness.batch_kv_quota` does with `batch_context`)."""
+    `servelab.analytic.fairness.batch_kv_quota` does with `batch_context`)."""
 
     priority: np.ndarray
     batch_kv_quota: int | None = None
@@ -245,7 +245,7 @@ def measured_service(steps: list, contexts: list, durations, tenant, model: Mode
     `steps` and `contexts` are a `Traced` policy's (each sequence's tokens and its context before the step),
     `durations` the result's `step_duration_s`. Row k, column t: tenant t's total after step k.
 
-    >>> from servelab.costmodel import LLAMA3_8B, H100_SXM
+    >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
     >>> got = measured_service([[(0, 1), (1, 1)]], [[8000, 1000]], [0.01], [0, 1], LLAMA3_8B, H100_SXM)
     >>> round(float(got[0, 0] / got[0].sum()), 2)    # the weights split evenly; 8x the context, more KV read
     0.53

@@ -9,8 +9,8 @@ import random
 
 import numpy as np
 
-from servelab import costmodel
-from servelab.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.simulator import mixed_fast
 from servelab.simulator.admission import Admission
 from servelab.simulator.arrivals import Requests, _is_int
@@ -45,7 +45,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
 
     `async_scheduling=True` overlaps the CPU's part of a step (`overhead_s`: scheduling, preparing the inputs,
     launching) with the GPU's (the roofline time), as when step n+1 is scheduled while step n runs
-    (servelab.async_scheduler): a step lasts max(roofline, overhead_s) instead of their sum. The price of
+    (servelab.schedulers.async_scheduler): a step lasts max(roofline, overhead_s) instead of their sum. The price of
     scheduling ahead: a request whose last token came out of step n stopped on an end-of-sequence token nobody
     could foresee, so it was already scheduled into step n+1; that step computes one decode more for each such
     request (priced, at the request's full context, and counted in `SimResult.wasted_slots`). If nothing else

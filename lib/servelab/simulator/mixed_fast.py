@@ -28,7 +28,7 @@ from collections import deque
 
 import numpy as np
 
-from servelab.costmodel import roofline_s
+from servelab.analytic.costmodel import roofline_s
 from servelab.simulator.metrics import SimResult
 from servelab.simulator.policies import MixedBudget
 

@@ -198,7 +198,7 @@ class Traced:
     """A policy that delegates to another and keeps what it scheduled: `steps[k]` is step k's list of
     (request id, tokens) pairs, in the order the policy returned them.
 
-    >>> from servelab.costmodel import LLAMA2_7B, H100_SXM
+    >>> from servelab.analytic.costmodel import LLAMA2_7B, H100_SXM
     >>> from servelab.simulator import Requests, simulate
     >>> traced = Traced(MixedBudget(max_num_batched_tokens=8))
     >>> _ = simulate(Requests([0, 0, 0], [6, 5, 3], [4, 4, 4]), traced, LLAMA2_7B, H100_SXM)

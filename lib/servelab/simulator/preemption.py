@@ -16,7 +16,7 @@ The defaults: a host pool of vLLM V0's default `swap_space`, 4 GiB (`vllm/engine
 tokens of the model's KV; one direction of a PCIe Gen5 x16 link; `kv_tiers.DEFAULT_COPY_LATENCY_S` per copy;
 16-token blocks.
 
->>> from servelab.costmodel import LLAMA3_8B
+>>> from servelab.analytic.costmodel import LLAMA3_8B
 >>> swap = Swap(host_kv_tokens=4096, link_bandwidth=64e9, copy_latency_s=10e-6, block_size=16)
 >>> swap.host_tokens(1000), round(swap.seconds(LLAMA3_8B, 1000) * 1e3, 2)   # 63 blocks; 4032 copies
 (1008, 42.38)
@@ -28,8 +28,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from servelab import kv_tiers
-from servelab.costmodel import ModelSpec
+from servelab.analytic import kv_tiers
+from servelab.analytic.costmodel import ModelSpec
 
 SWAP_SPACE_BYTES = 4 * 2**30     # vLLM V0's default swap_space: 4 GiB of host memory per GPU
 

@@ -1,4 +1,5 @@
-"""vLLM V1's scheduler as a simulator policy: each step is one `servelab.vllm_scheduler.Scheduler.schedule()`.
+"""vLLM V1's scheduler as a simulator policy: each step is one
+`servelab.schedulers.vllm_scheduler.Scheduler.schedule()`.
 
 `V1` holds no scheduling rules of its own. It feeds the simulator's arrivals to a `vllm_scheduler.Scheduler`,
 returns what that scheduler schedules, and copies the scheduler's view back into the `ServingState` so that the
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servelab import vllm_scheduler as vs
+from servelab.schedulers import vllm_scheduler as vs
 from servelab.simulator.arrivals import _is_int
 from servelab.simulator.policies import _check_limits
 from servelab.simulator.state import ServingState
@@ -72,8 +73,8 @@ class V1Run:
         tokens = np.fromiter((r.num_tokens for r in reqs), dtype=np.int64, count=ids.size)
         computed = np.fromiter((r.num_computed_tokens for r in reqs), dtype=np.int64, count=ids.size)
         if not (np.array_equal(state.seq_len[ids], tokens) and np.array_equal(state.computed[ids], computed)):
-            raise RuntimeError("V1: the simulator and servelab.vllm_scheduler disagree about the last step's requests "
-                               "(a V1 object must be driven by simulate(), one schedule() call per step)")
+            raise RuntimeError("V1: the simulator and servelab.schedulers.vllm_scheduler disagree about the last "
+                               "step's requests (a V1 object must be driven by simulate(), one schedule() call a step)")
 
     def step(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
         self._check_last_step(state)
@@ -141,7 +142,7 @@ class V1Run:
 
 @dataclass(frozen=True)
 class V1:
-    """vLLM V1's scheduler (release 0.33.0), run by `servelab.vllm_scheduler.Scheduler` inside the simulator.
+    """vLLM V1's scheduler (release 0.33.0), run by `servelab.schedulers.vllm_scheduler.Scheduler` inside the simulator.
 
     Each step is the inner scheduler's `schedule()`: running requests first, each getting
     min(tokens left, threshold, budget left); then, unless the step preempted, admissions from the waiting queue
@@ -163,7 +164,7 @@ class V1:
     of `simulate` calls, one at a time: a new `ServingState` starts a new inner scheduler; `last_run` is the
     latest (`V1Run`).
 
-    >>> from servelab.costmodel import LLAMA2_7B, H100_SXM
+    >>> from servelab.analytic.costmodel import LLAMA2_7B, H100_SXM
     >>> from servelab.simulator import Requests, Traced, simulate
     >>> traced = Traced(V1(max_num_batched_tokens=8))
     >>> _ = simulate(Requests([0, 0, 0], [6, 5, 3], [4, 4, 4]), traced, LLAMA2_7B, H100_SXM)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from servelab.scheduler import Scheduler, Sequence, SequenceStatus
+from servelab.schedulers.scheduler import Scheduler, Sequence, SequenceStatus
 
 
 def fake_model(seqs: list[Sequence]) -> list[int]:

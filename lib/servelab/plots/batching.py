@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from servelab import batching
+from servelab.analytic import batching
 
 __all__ = ["plot_batch_slots"]
 
@@ -74,7 +74,7 @@ _PREFILL_FACE, _DECODE_FACE = "#cfe3f7", "#fde2c4"
 
 
 def plot_free_blocks(trace, num_blocks, ax=None):
-    """Free KV blocks after each ``schedule()`` call of a ``servelab.engine.Engine`` trace.
+    """Free KV blocks after each ``schedule()`` call of a ``servelab.engine.driver.Engine`` trace.
 
     The line is the number of free blocks read right after ``schedule()`` (the shape table's "free blocks");
     each step's background says its kind (blue: prefill, orange: decode); a red cross marks a step that
@@ -83,8 +83,8 @@ def plot_free_blocks(trace, num_blocks, ax=None):
 
     ``ax``: ``None`` (a new figure) or the Axes to draw on. Returns the Figure.
 
-    >>> from servelab.engine import Engine
-    >>> from servelab.scheduler import SamplingParams, Scheduler, Sequence
+    >>> from servelab.engine.driver import Engine
+    >>> from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
     >>> sch = Scheduler(num_blocks=5, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
     >>> reqs = [Sequence(list(range(n)), SamplingParams(max_tokens=4, ignore_eos=True), name=c)
     ...         for c, n in [("A", 6), ("B", 5), ("C", 3)]]

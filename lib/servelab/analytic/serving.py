@@ -1,0 +1,194 @@
+"""The serving model: whether one step of an engine can run, and how long it takes.
+
+Each chapter's function checks the constraint it is about (a TPOT target, a queue formula, a token weight); a
+number a learner states in an interview must also describe a step that fits on the GPU. `check` takes one
+`ServingPoint` (the model, the GPU and their dtypes, the engine's settings and the batch it runs) and checks, all
+together:
+
+* **KV capacity**: the KV tokens the batch holds against what the cache holds once the weights and the activation
+  allowance are taken out of `gpu_memory_utilization` of the board's memory (`costmodel.kv_capacity_tokens`);
+* **context**: every sequence's context against the model's `max_position_embeddings`;
+* **caps**: the sequences against `max_num_seqs` and the tokens computed against the token budget
+  (`max_num_batched_tokens`);
+* **time**: the step as the larger of the memory line (weights, KV read and written) and the compute line
+  (matmuls per token, attention FLOPs at each sequence's context, one LM-head row per position whose logits are
+  needed), plus the fixed overhead (`costmodel.cost_from_totals`).
+
+A point that breaks a limit raises `Infeasible`, whose message names each limit broken with both numbers:
+
+>>> from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+>>> try:
+...     check(ServingPoint.decode(LLAMA3_8B, H100_SXM, batch=320, context=2000))
+... except Infeasible as e:
+...     print(e.limits, e)
+('kv',) the batch needs 640,320 KV tokens; an H100 SXM holds 468,102 at 92% of its memory
+>>> ok = check(ServingPoint.decode(LLAMA3_8B, H100_SXM, batch=200, context=2000))
+>>> ok.bound, round(ok.step_s * 1e3, 2), ok.kv_tokens, ok.kv_capacity
+('memory', 20.95, 400200, 468102)
+
+Dtypes: fp8 weights take one byte a parameter and run the matmuls at twice the bf16 tensor-core rate (W8A8, as
+an H100's FP8 tensor cores do); an fp8 KV cache takes one byte an element, so twice the tokens fit and each decode
+reads half the bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_STEP_OVERHEAD_S,
+    GPU_MEMORY_UTILIZATION,
+    GPUSpec,
+    ModelSpec,
+)
+
+__all__ = ["DTYPE_BYTES", "Feasible", "Infeasible", "ServingPoint", "check", "priced"]
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+class Infeasible(ValueError):
+    """A serving point that cannot run. `limits` names each limit it breaks ("kv", "context", "max_num_seqs",
+    "token_budget"); the message states each with the number needed and the number allowed."""
+
+    def __init__(self, limits: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.limits = limits
+
+
+@dataclass(frozen=True)
+class ServingPoint:
+    """One step of an engine: what runs it and what it runs.
+
+    The batch is `decode_contexts` (each decoding sequence's tokens already in the KV cache; it computes one new
+    token, or 1 + `draft_tokens` when it verifies drafts) and `prefill_chunks` (each chunk's tokens) over
+    `prefill_prefix` (each chunk's tokens already cached; one int for all). `resident_tokens` is KV held by
+    sequences not in this step (a chunked prompt waiting for its next chunk, a preempted one kept in the cache).
+    """
+
+    model: ModelSpec
+    gpu: GPUSpec
+    decode_contexts: tuple[int, ...] = ()
+    prefill_chunks: tuple[int, ...] = ()
+    prefill_prefix: tuple[int, ...] | int = 0
+    draft_tokens: int = 0
+    resident_tokens: int = 0
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+
+    def __post_init__(self):
+        for name in ("weight_dtype", "kv_dtype"):
+            if getattr(self, name) not in DTYPE_BYTES:
+                raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}, got {getattr(self, name)!r}")
+        object.__setattr__(self, "decode_contexts", tuple(int(x) for x in self.decode_contexts))
+        object.__setattr__(self, "prefill_chunks", tuple(int(x) for x in self.prefill_chunks))
+        prefix = self.prefill_prefix
+        prefix = (int(prefix),) * len(self.prefill_chunks) if isinstance(prefix, int) else tuple(int(x) for x in prefix)
+        if len(prefix) != len(self.prefill_chunks):
+            raise ValueError(f"prefill_prefix has {len(prefix)} entries but prefill_chunks has "
+                             f"{len(self.prefill_chunks)}: give one cached length per chunk, or one int for all")
+        object.__setattr__(self, "prefill_prefix", prefix)
+        counts = [*self.decode_contexts, *self.prefill_chunks, *prefix, self.draft_tokens, self.resident_tokens]
+        if any(x < 0 for x in counts):
+            raise ValueError("token counts must be >= 0")
+        if not self.decode_contexts and not any(self.prefill_chunks):
+            raise ValueError("a step must compute at least one token: give decode_contexts or prefill_chunks")
+
+    @classmethod
+    def decode(cls, model: ModelSpec, gpu: GPUSpec, batch: int, context: int, **settings) -> ServingPoint:
+        """`batch` sequences decoding at `context` tokens each."""
+        return cls(model, gpu, decode_contexts=(context,) * batch, **settings)
+
+    @property
+    def priced_model(self) -> ModelSpec:
+        """The model with the point's weight and KV dtypes."""
+        return priced(self.model, self.gpu, self.weight_dtype, self.kv_dtype)[0]
+
+    @property
+    def priced_gpu(self) -> GPUSpec:
+        """The GPU at the rate its tensor cores run the weights' dtype (fp8: twice bf16's)."""
+        return priced(self.model, self.gpu, self.weight_dtype, self.kv_dtype)[1]
+
+
+def priced(model: ModelSpec, gpu: GPUSpec, weight_dtype: str = "bf16", kv_dtype: str = "bf16"
+           ) -> tuple[ModelSpec, GPUSpec]:
+    """(model, gpu) as the cost model prices them with these dtypes: bytes per parameter and per KV element from
+    DTYPE_BYTES, and fp8 weights (W8A8) at twice the tensor cores' bf16 rate. Names are kept.
+
+    >>> from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+    >>> m, g = priced(LLAMA3_8B, H100_SXM, weight_dtype="fp8")
+    >>> m.bytes_per_param, m.bytes_per_kv_element, g.peak_flops / H100_SXM.peak_flops
+    (1, 2, 2.0)
+    """
+    for name, dtype in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    model = dataclasses.replace(model, bytes_per_param=DTYPE_BYTES[weight_dtype],
+                                bytes_per_kv_element=DTYPE_BYTES[kv_dtype])
+    scale = 2 if weight_dtype == "fp8" else 1
+    return model, dataclasses.replace(gpu, peak_flops=gpu.peak_flops * scale)
+
+
+@dataclass(frozen=True)
+class Feasible:
+    """A point that runs: its step time, which roof sets it, and each limit with its use."""
+
+    step_s: float
+    compute_s: float
+    memory_s: float
+    kv_tokens: int
+    kv_capacity: int
+    num_seqs: int
+    num_tokens: int
+    max_context: int
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def check(point: ServingPoint) -> Feasible:
+    """Whether `point` can run, and its step; raises `Infeasible` naming every limit it breaks."""
+    model, gpu = point.priced_model, point.priced_gpu
+    per_decode = 1 + point.draft_tokens
+    decodes, chunks, prefix = point.decode_contexts, point.prefill_chunks, point.prefill_prefix
+    num_seqs = len(decodes) + sum(1 for c in chunks if c)
+    num_tokens = per_decode * len(decodes) + sum(chunks)
+    contexts = [L + per_decode for L in decodes] + [p + c for p, c in zip(prefix, chunks) if c]
+    kv_tokens = sum(contexts) + point.resident_tokens
+    kv_capacity = costmodel.kv_capacity_tokens(model, point.gpu, point.gpu_memory_utilization,
+                                               point.max_num_batched_tokens, point.max_num_seqs)
+    broken: list[tuple[str, str]] = []
+    if kv_tokens > kv_capacity:
+        broken.append(("kv", f"the batch needs {kv_tokens:,} KV tokens; an {point.gpu.name} holds {kv_capacity:,} "
+                             f"at {point.gpu_memory_utilization:.0%} of its memory"))
+    limit = model.max_position_embeddings
+    if limit is not None and max(contexts) > limit:
+        broken.append(("context", f"a sequence needs a context of {max(contexts):,} tokens; {model.name} takes at "
+                                  f"most {limit:,}"))
+    if num_seqs > point.max_num_seqs:
+        broken.append(("max_num_seqs", f"the step runs {num_seqs:,} sequences; max_num_seqs is "
+                                       f"{point.max_num_seqs:,}"))
+    if num_tokens > point.max_num_batched_tokens:
+        broken.append(("token_budget", f"the step computes {num_tokens:,} tokens; the token budget "
+                                       f"(max_num_batched_tokens) is {point.max_num_batched_tokens:,}"))
+    if broken:
+        raise Infeasible(tuple(name for name, _ in broken), "; and ".join(text for _, text in broken))
+    # attention (query, key) pairs: a run of n new tokens over p cached ones sees n*p + n*(n+1)/2 keys
+    pairs = sum(per_decode * L + per_decode * (per_decode + 1) // 2 for L in decodes)
+    pairs += sum(c * p + c * (c + 1) // 2 for p, c in zip(prefix, chunks))
+    logit_rows = per_decode * len(decodes) + sum(1 for c in chunks if c)
+    cost = costmodel.cost_from_totals(model, gpu, num_tokens=num_tokens, num_seqs=logit_rows,
+                                      attention_pairs=pairs,
+                                      kv_read_tokens=sum(decodes) + sum(p for p, c in zip(prefix, chunks) if c))
+    return Feasible(step_s=max(cost.compute_s, cost.memory_s) + point.overhead_s, compute_s=cost.compute_s,
+                    memory_s=cost.memory_s, kv_tokens=kv_tokens, kv_capacity=kv_capacity, num_seqs=num_seqs,
+                    num_tokens=num_tokens, max_context=max(contexts))

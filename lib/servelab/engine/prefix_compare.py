@@ -1,0 +1,278 @@
+"""Block-hash prefix caching (nano-vllm's BlockManager) against the radix cache, on the same workloads.
+
+Three seeded workloads, each a tuple of `Request`s with arrival steps:
+
+- `shared_system_prompt`: every request is one system prompt followed by its own question, one per step;
+- `multi_turn_chats`: conversations whose every turn resends the whole history (system prompt, earlier
+  questions and the model's earlier answers) plus a new question; a turn arrives a few steps after the
+  previous turn of its conversation finished, so conversations interleave and compete for the cache;
+- `few_shot_prompts`: an instruction, then a few worked examples picked from a small pool (always in pool
+  order), then the question; prompts share the instruction and their leading examples and part ways at an
+  example boundary, which rarely falls on a block boundary.
+
+The answers in a chat's history are what the model generates: `servelab.engine.driver.expected`, the fake model's
+output, which both servers reproduce exactly (every run checks it).
+
+`run_block_hash` serves a workload with nano-vllm's Scheduler (prefix caching on, a block size),
+`run_radix` with `servelab.schedulers.radix_scheduler.RadixScheduler`, on a KV cache of the same number of tokens and
+the same token budget, large enough that no prefill is chunked. Both report `CacheRun`: how many prefill tokens
+were asked for (prompt, plus what a preempted request recomputes), how many came from the cache ("skipped")
+and the hit rate. The schedulers are not identical (nano-vllm caps each step's batch, the radix scheduler the
+running requests; nano-vllm frees a request's blocks and reuses the oldest freed block first, the radix cache
+evicts least recently used leaves), but both are prefill-first and first come first served, and both let a
+request hit only what finished prefill in an earlier step.
+
+    >>> w = shared_system_prompt(n_requests=5, prompt_len=40, seed=0)
+    >>> [(r.label, r.skipped, f"{r.hit_rate:.0%}") for r in compare(w, cache_tokens=512, block_sizes=(16,))]
+    [('radix (page 1)', 160, '54%'), ('block hash (16)', 128, '43%')]
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from servelab.engine.driver import Engine, expected
+from servelab.engine.radix import RadixEngine
+from servelab.schedulers.radix_scheduler import RadixScheduler, Req
+from servelab.schedulers.scheduler import SamplingParams, Scheduler
+from servelab.schedulers.scheduler import Sequence as NanoSequence
+
+__all__ = ["CacheRun", "Request", "Workload", "compare", "few_shot_prompts", "min_cache_tokens",
+           "multi_turn_chats", "run_block_hash", "run_radix", "shared_system_prompt", "sweep_cache_sizes"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a workload.
+
+    arrival: the step it arrives at; with `after`, the number of steps after that request finished.
+    """
+    name: str
+    prompt: tuple[int, ...]
+    max_tokens: int
+    arrival: int = 0
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    requests: tuple[Request, ...]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(r.prompt) for r in self.requests)
+
+    @property
+    def longest(self) -> int:
+        """The most tokens any request holds KV for (prompt + answer - 1)."""
+        return max(len(r.prompt) + r.max_tokens - 1 for r in self.requests)
+
+    def __len__(self):
+        return len(self.requests)
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    # ids 1000.. : never equal to what the fake model generates (0..999)
+    return [rng.randrange(1000, 32000) for _ in range(n)]
+
+
+def _span(rng: random.Random, n: int | tuple[int, int]) -> int:
+    return n if isinstance(n, int) else rng.randint(*n)
+
+
+def shared_system_prompt(n_requests: int = 100, prompt_len: int = 2000, question_len=(8, 24), max_tokens: int = 4,
+                         seed: int = 0) -> Workload:
+    """`n_requests` requests, one per step: the same `prompt_len`-token system prompt, then a question.
+
+    No two questions start with the same token, so every request after the first can reuse exactly the
+    system prompt: (n_requests - 1) * prompt_len tokens of prefill (99 * 2000 = 198,000 by default).
+    """
+    rng = random.Random(seed)
+    system = _tokens(rng, prompt_len)
+    firsts = rng.sample(range(1000, 32000), n_requests)
+    reqs = []
+    for i in range(n_requests):
+        question = [firsts[i]] + _tokens(rng, _span(rng, question_len) - 1)
+        reqs.append(Request(f"q{i}", tuple(system + question), max_tokens, arrival=i))
+    return Workload(f"shared system prompt ({n_requests} x {prompt_len} tokens)", tuple(reqs))
+
+
+def multi_turn_chats(n_chats: int = 6, turns: int = 4, system_len: int = 24, user_len=(8, 24),
+                     answer_len=(8, 24), think: int = 3, seed: int = 0) -> Workload:
+    """`n_chats` conversations of `turns` turns; conversation c starts at step 2c, and each later turn arrives
+    `think` steps after the previous one finished. Turn t's prompt is the system prompt, every earlier question
+    and answer, and the new question; the answers are the fake model's (servelab.engine.driver.expected)."""
+    rng = random.Random(seed)
+    system = _tokens(rng, system_len)
+    reqs = []
+    for c in range(n_chats):
+        history = list(system)
+        for t in range(turns):
+            prompt = history + _tokens(rng, _span(rng, user_len))
+            n_out = _span(rng, answer_len)
+            name = f"c{c}t{t}"
+            after = f"c{c}t{t - 1}" if t else None
+            reqs.append(Request(name, tuple(prompt), n_out, arrival=think if t else 2 * c, after=after))
+            history = prompt + expected(prompt, n_out)
+    return Workload(f"multi-turn chats ({n_chats} x {turns} turns)", tuple(reqs))
+
+
+def few_shot_prompts(n_requests: int = 40, instruction_len: int = 40, n_examples: int = 6,
+                     example_len=(12, 40), shots: int = 3, question_len=(6, 16), max_tokens: int = 4,
+                     seed: int = 0) -> Workload:
+    """`n_requests` requests, one per step: an instruction, `shots` examples drawn from a pool of `n_examples`
+    (kept in pool order), then a question."""
+    rng = random.Random(seed)
+    instruction = _tokens(rng, instruction_len)
+    examples = [_tokens(rng, _span(rng, example_len)) for _ in range(n_examples)]
+    reqs = []
+    for i in range(n_requests):
+        picked = sorted(rng.sample(range(n_examples), shots))
+        prompt = instruction + [t for k in picked for t in examples[k]] + _tokens(rng, _span(rng, question_len))
+        reqs.append(Request(f"f{i}", tuple(prompt), max_tokens, arrival=i))
+    return Workload(f"few-shot prompts ({n_requests}, {shots} of {n_examples} examples)", tuple(reqs))
+
+
+# --------------------------------------------------------------------------------------------------------
+# serving a workload
+
+
+@dataclass(frozen=True)
+class CacheRun:
+    """What one server did with one workload.
+
+    requested: prefill tokens asked for, over every admission (a preempted request asks again);
+    skipped: those that came from the prefix cache; computed = requested - skipped.
+    """
+    label: str
+    cache_tokens: int
+    requested: int
+    skipped: int
+    preemptions: int
+    steps: int
+
+    @property
+    def computed(self) -> int:
+        return self.requested - self.skipped
+
+    @property
+    def hit_rate(self) -> float:
+        return self.skipped / self.requested if self.requested else 0.0
+
+
+def _drive(workload: Workload, engine, make: Callable[[Request], object], max_steps: int = 200_000) -> dict:
+    """Step `engine` through the workload; returns name -> the request object it served.
+
+    A request arrives at step `arrival`, or `arrival` steps after its `after` finished; an idle engine takes
+    the next arrival at once (as Engine.run does: steps count schedule() calls)."""
+    by_name = {r.name: r for r in workload.requests}
+    if len(by_name) != len(workload.requests):
+        raise ValueError("request names must be unique")
+    served: dict[str, object] = {}
+    finished_at: dict[str, int] = {}
+    pending = list(workload.requests)
+
+    def due(r: Request) -> int | None:
+        if r.after is None:
+            return r.arrival
+        if r.after not in by_name:
+            raise ValueError(f"{r.name} follows {r.after!r}, which is not in the workload")
+        return finished_at[r.after] + 1 + r.arrival if r.after in finished_at else None
+
+    while pending or not engine.is_finished():
+        step = len(engine.trace)
+        ready = [r for r in pending if (d := due(r)) is not None and d <= step]
+        if not ready and engine.is_finished():
+            ready_at = [d for r in pending if (d := due(r)) is not None]
+            if not ready_at:
+                raise ValueError("some requests can never arrive (a cycle of `after`)")
+            ready = [r for r in pending if due(r) == min(ready_at)]
+        for r in ready:
+            pending.remove(r)
+            served[r.name] = make(r)
+            engine.add_request(served[r.name])
+        if step >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        record = engine.step()
+        for name in record.finished:
+            finished_at[name] = record.step
+    for r in workload.requests:
+        got = list(served[r.name].token_ids[len(r.prompt):])
+        if got != expected(list(r.prompt), r.max_tokens):
+            raise RuntimeError(f"{r.name} generated {got[:8]}... which is not what it generates alone")
+    return served
+
+
+def _stats(label: str, cache_tokens: int, trace, lengths_of: Callable) -> CacheRun:
+    requested = skipped = 0
+    for rec in trace:
+        if not rec.is_prefill:
+            continue
+        cached = dict(rec.cached)
+        for name, n in rec.scheduled:
+            if lengths_of(rec, name) != cached[name] + n:
+                raise RuntimeError(f"{label}: {name}'s prefill at step {rec.step} was chunked; raise the budget")
+            requested += cached[name] + n
+            skipped += cached[name]
+    return CacheRun(label, cache_tokens, requested, skipped, sum(len(r.preempted) for r in trace), len(trace))
+
+
+def min_cache_tokens(workload: Workload, block_size: int = 1) -> int:
+    """The smallest cache (in tokens, whole blocks) in which every request of the workload can run alone."""
+    blocks = -(-workload.longest // block_size)
+    return blocks * block_size
+
+
+def _budget(workload: Workload, budget: int | None) -> int:
+    return budget if budget is not None else max(4096, workload.longest + 1)
+
+
+def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, max_num_seqs: int = 8,
+                   max_num_batched_tokens: int | None = None) -> CacheRun:
+    """Serve the workload with nano-vllm's Scheduler, prefix caching on, cache_tokens // block_size blocks."""
+    sch = Scheduler(num_blocks=cache_tokens // block_size, block_size=block_size,
+                    max_num_batched_tokens=_budget(workload, max_num_batched_tokens), max_num_seqs=max_num_seqs)
+    engine = Engine(sch)
+    make = lambda r: NanoSequence(list(r.prompt), SamplingParams(max_tokens=r.max_tokens, ignore_eos=True),
+                                  name=r.name)
+    _drive(workload, engine, make)
+    lengths = lambda rec, name: dict(rec.lengths)[name]
+    return _stats(f"block hash ({block_size})", cache_tokens, engine.trace, lengths)
+
+
+def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_running_requests: int = 8,
+              max_prefill_tokens: int | None = None, policy: str = "fcfs") -> CacheRun:
+    """Serve the workload with the RadixScheduler on a pool of cache_tokens slots."""
+    sch = RadixScheduler(pool_size=cache_tokens, max_prefill_tokens=_budget(workload, max_prefill_tokens),
+                         max_running_requests=max_running_requests, page_size=page_size, policy=policy)
+    engine = RadixEngine(sch, check=False)
+    _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
+    lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
+    return _stats(f"radix (page {page_size})", cache_tokens, engine.trace, lengths)
+
+
+def compare(workload: Workload, cache_tokens: int, block_sizes: Sequence[int] = (16, 256),
+            page_sizes: Sequence[int] = (1,), concurrency: int = 8) -> list[CacheRun]:
+    """The radix cache at each page size, then the block-hash cache at each block size, same cache size.
+    `concurrency` is the radix scheduler's max_running_requests and nano-vllm's max_num_seqs."""
+    runs = [run_radix(workload, cache_tokens, page_size=p, max_running_requests=concurrency) for p in page_sizes]
+    runs += [run_block_hash(workload, cache_tokens, block_size=b, max_num_seqs=concurrency) for b in block_sizes]
+    return runs
+
+
+def sweep_cache_sizes(workload: Workload, sizes: Iterable[int], block_size: int = 16, page_size: int = 1,
+                      concurrency: int = 8) -> dict[str, list[CacheRun]]:
+    """Hit rate against cache size: label -> one CacheRun per size (sizes too small to run a request alone are
+    skipped, for both caches)."""
+    out: dict[str, list[CacheRun]] = {}
+    floor = max(min_cache_tokens(workload, block_size), min_cache_tokens(workload, page_size))
+    for size in sorted(set(sizes)):
+        if size < floor:
+            continue
+        for run in (run_radix(workload, size, page_size=page_size, max_running_requests=concurrency),
+                    run_block_hash(workload, size, block_size=block_size, max_num_seqs=concurrency)):
+            out.setdefault(run.label, []).append(run)
+    return out

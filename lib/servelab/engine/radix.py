@@ -1,0 +1,197 @@
+"""Driving the radix scheduler with a fake model: `RadixEngine`, its step record and table, and a workload on
+which longest-prefix-first starves a request.
+
+    >>> sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    >>> system = list(range(100, 120))
+    >>> a, b = Req(system + [1, 2], 2, name="A"), Req(system + [7], 2, name="B")
+    >>> trace = RadixEngine(sch).run([a], arrivals={1: [b]})
+    >>> [(r.kind, r.scheduled, r.cached) for r in trace[:2]]      # B hits the system prompt A inserted
+    [('P', [('A', 22)], [('A', 0)]), ('P', [('B', 1)], [('B', 20)])]
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from servelab.engine.driver import drive
+from servelab.schedulers.radix_scheduler import RadixScheduler, Req, TokenToKVPoolAllocator
+from servelab.schedulers.scheduler import SequenceStatus
+
+__all__ = ["TABLE_COLUMNS", "RadixEngine", "RadixStepRecord", "lpm_starvation", "radix_table", "slot_model"]
+
+
+def slot_model(pool: TokenToKVPoolAllocator) -> Callable[[list[Req]], list[int]]:
+    """`servelab.engine.driver.fake_model`, but it reads the context through the KV slots.
+
+    For each request it first writes the tokens this step computes into their slots, then reads every slot
+    of the request's row back. The sampled token is fake_model's formula over what it read, so a request
+    whose row points at a slot holding someone else's token generates something else, and RuntimeError names
+    the slot.
+    """
+
+    def model(reqs: list[Req]) -> list[int]:
+        out = []
+        for r in reqs:
+            toks = r.token_ids
+            lo, hi = r.num_cached_tokens, r.num_cached_tokens + r.num_scheduled_tokens
+            for pos in range(lo, hi):
+                pool.kv[r.kv_indices[pos]] = toks[pos]
+            seen = [pool.kv[s] for s in r.kv_indices[:hi]]
+            if seen != toks[:hi]:
+                pos = next(i for i, (a, b) in enumerate(zip(seen, toks)) if a != b)
+                raise RuntimeError(f"{r.name}: slot {r.kv_indices[pos]} holds the KV of token {seen[pos]} but "
+                                   f"position {pos} of {r.name} is token {toks[pos]}")
+            out.append((sum(seen) * 31 + 7) % 1000)
+        return out
+
+    return model
+
+
+@dataclass
+class RadixStepRecord:
+    """One schedule() call and its outcome; the pool and tree sizes are read right after schedule()."""
+    step: int
+    is_prefill: bool
+    scheduled: list[tuple[str, int]]     # (name, tokens computed)
+    cached: list[tuple[str, int]]        # (name, tokens with KV before the step: the hit, at a prefill)
+    preempted: list[str]
+    finished: list[str]
+    available: int                       # free slots
+    evictable: int                       # tree tokens not locked
+    protected: int                       # tree tokens locked by running requests
+    waiting: list[str] = field(default_factory=list)   # after postprocess
+    running: list[str] = field(default_factory=list)   # after postprocess
+
+    @property
+    def kind(self) -> str:
+        return "P" if self.is_prefill else "D"
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+class RadixEngine:
+    """Drives a RadixScheduler one step at a time (servelab.engine.driver.Engine's loop); by default the model reads
+    the context through the KV slots (`slot_model`) and every step checks the pool's invariants."""
+
+    def __init__(self, scheduler: RadixScheduler, model: Callable[[list[Req]], list[int]] | None = None,
+                 check: bool = True):
+        self.scheduler = scheduler
+        self.model = model if model is not None else slot_model(scheduler.token_to_kv_pool_allocator)
+        self.check = check
+        self.trace: list[RadixStepRecord] = []
+
+    def add_request(self, req: Req):
+        self.scheduler.add(req)
+
+    def is_finished(self) -> bool:
+        return self.scheduler.is_finished()
+
+    def step(self) -> RadixStepRecord:
+        sch = self.scheduler
+        was_running = list(sch.running)
+        reqs, is_prefill = sch.schedule()
+        tree = sch.tree_cache
+        record = RadixStepRecord(
+            step=len(self.trace), is_prefill=is_prefill,
+            scheduled=[(r.name, r.num_scheduled_tokens) for r in reqs],
+            cached=[(r.name, r.num_cached_tokens) for r in reqs],
+            preempted=[r.name for r in was_running if r.status == SequenceStatus.WAITING],
+            finished=[], available=sch.token_to_kv_pool_allocator.available_size(),
+            evictable=tree.evictable_size(), protected=tree.protected_size())
+        finished = sch.postprocess(reqs, self.model(reqs), is_prefill)
+        record.finished = [r.name for r in finished]
+        record.waiting = [r.name for r in sch.waiting]
+        record.running = [r.name for r in sch.running]
+        if self.check:
+            sch.check_invariants()
+        self.trace.append(record)
+        return record
+
+    def run(self, requests: Iterable[Req] = (), arrivals: dict[int, list[Req]] | None = None,
+            max_steps: int = 100_000) -> list[RadixStepRecord]:
+        """Add `requests` now and each `arrivals[k]` just before step k; step until all are done.
+
+        Steps count schedule() calls: an idle engine takes the next arrivals at once.
+        """
+        return drive(self, requests, arrivals, max_steps)
+
+
+# --------------------------------------------------------------------------------------------------------
+# the trace as a table
+
+TABLE_COLUMNS = ("step", "kind", "scheduled (name:tokens)", "cached", "preempted", "finished", "free slots",
+                 "evictable", "protected", "waiting", "running")
+
+
+class _Table:
+    def __init__(self, columns, rows):
+        self.columns, self.rows = tuple(columns), [tuple(r) for r in rows]
+
+    def __str__(self) -> str:
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
+                  for i, c in enumerate(self.columns)]
+        line = lambda cells: " | ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
+        return "\n".join([line(self.columns), "-+-".join("-" * w for w in widths), *(line(r) for r in self.rows)])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> _Table:
+    """One row per schedule() call: the batch, the hits, the pool's free slots and the tree's sizes.
+
+    >>> sch = RadixScheduler(pool_size=32, max_prefill_tokens=32)
+    >>> t = RadixEngine(sch).run([Req([1, 2, 3], 1, name="A")], arrivals={1: [Req([1, 2, 9], 1, name="B")]})
+    >>> print(radix_table(t, ("step", "kind", "scheduled (name:tokens)", "cached", "free slots", "evictable")))
+    step | kind | scheduled (name:tokens) | cached | free slots | evictable
+    -----+------+-------------------------+--------+------------+----------
+    0    | P    | A:3                     | A:0    | 29         | 0
+    1    | P    | B:1                     | B:2    | 28         | 1
+    """
+    columns = tuple(columns)
+    unknown = set(columns) - set(TABLE_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown columns {sorted(unknown)}; choose from {list(TABLE_COLUMNS)}")
+    pairs = lambda items: " ".join(f"{n}:{k}" for n, k in items) or "-"
+    names = lambda items: " ".join(items) or "-"
+    rows = []
+    for r in trace:
+        full = (str(r.step), r.kind, pairs(r.scheduled), pairs(r.cached), names(r.preempted), names(r.finished),
+                str(r.available), str(r.evictable), str(r.protected), names(r.waiting), names(r.running))
+        rows.append(tuple(full[TABLE_COLUMNS.index(c)] for c in columns))
+    return _Table(columns, rows)
+
+
+# --------------------------------------------------------------------------------------------------------
+# a workload on which longest-prefix-first starves a request
+
+
+def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[list[RadixStepRecord], int]:
+    """One request at a time (max_running_requests=1). Hot requests H0..H{n_hot} share a `system_len`-token
+    system prompt; H0 arrives at step 0 and H1, H2, ... every 2 steps from step 2. L, which shares nothing,
+    arrives at step 1. Each request runs 3 steps (a prefill and 2 decodes), so hot requests arrive faster than
+    they are served. Returns (trace, the step at which L is admitted).
+
+    Under FCFS, L goes right after H0. Under LPM every waiting H matches the system prompt and L matches
+    nothing, so each pass sorts every H ahead of L, and L waits for the stream to dry up.
+
+    >>> lpm_starvation("fcfs", n_hot=4)[1], lpm_starvation("lpm", n_hot=4)[1]
+    (3, 15)
+    """
+    sch = RadixScheduler(pool_size=512, max_prefill_tokens=512, max_running_requests=1, policy=policy)
+    system = list(range(2000, 2000 + system_len))
+    hot = lambda i: Req(system + [3000 + i] * 4, 3, name=f"H{i}")
+    arrivals = {0: [hot(0)], 1: [Req([4000 + j for j in range(24)], 3, name="L")]}
+    for i in range(1, n_hot + 1):
+        arrivals[2 * i] = [hot(i)]
+    trace = RadixEngine(sch).run(arrivals=arrivals)
+    admitted = next(r.step for r in trace if r.is_prefill and any(n == "L" for n, _ in r.scheduled))
+    return trace, admitted

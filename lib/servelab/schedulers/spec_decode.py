@@ -1,0 +1,397 @@
+"""Speculative decoding inside the nano-vllm Scheduler: draft tokens in the budget, look-ahead slots, rollback.
+
+A decode step normally computes one token per sequence: its last, sampled the step before. With speculation a
+cheap proposer first guesses the next d <= k tokens (`seq.draft_token_ids`), and the step computes all 1 + d
+of them at once, as a short chunk on top of the cached context. The target model's own token at each of those
+positions says how far the guess was right:
+
+    last, d1, d2, d3  ->  target tokens t1, t2, t3, t4      accepted: the drafts equal to t1, t2, ... in a row
+    d1 == t1, d2 != t2  ->  append d1 and the bonus token t2 (the target's own token where the draft went wrong)
+
+so a step appends between 1 and d + 1 tokens, and with greedy verification exactly the tokens plain decoding
+would have produced. The scheduler's side of it, which this module adds:
+
+- **budget**: each speculating sequence takes 1 + d tokens of `max_num_batched_tokens`: every decoding
+  sequence's own token first, then the drafts share what is left, in running order (drafts that do not fit
+  are cut; the first sequences keep theirs);
+- **look-ahead slots**: before the step the sequence gets blocks for every position it computes, the d draft
+  positions included (`LookaheadBlockManager.can_append` / `may_append`), and may be preempted for them;
+- **rollback**: after the step `num_cached_tokens` advances by 1 + accepted only; the KV written for rejected
+  drafts lies past it and is simply overwritten later, and a look-ahead block that holds nothing but rejected
+  drafts goes back to the free list (`LookaheadBlockManager.rollback`). Only blocks whose every token was
+  accepted are hashed for the prefix cache.
+
+>>> from servelab.engine.driver import expected
+>>> sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, num_speculative_tokens=3)
+>>> a = Sequence([1, 2, 3], SamplingParams(max_tokens=7), name="A")
+>>> sch.add(a)
+>>> steps = run_speculative(sch, propose=oracle_proposer(expected([1, 2, 3], 7), accept=[2, 0, 3]))
+>>> a.completion_token_ids == expected([1, 2, 3], 7), [n for n, _, _ in steps]  # 4 steps, not 1 + 6
+(True, [3, 4, 3, 2])
+
+What it buys, from the roofline (the last section): `expected_tokens_per_step(alpha, k)` tokens per
+verification step under independent acceptance, `speculative_speedup` against plain decoding with the drafting
+cost included, and `crossover_batch`, the batch at which it stops paying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from servelab.analytic import costmodel
+from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
+from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence, SequenceStatus
+
+__all__ = ["DRAFT_1B", "LookaheadBlockManager", "SamplingParams", "Sequence", "SpecScheduler", "accept_greedy",
+           "crossover_batch", "draft_time", "expected_tokens_per_step", "fake_target", "fit_drafts", "ngram_propose",
+           "oracle_proposer", "run_speculative", "speculative_speedup", "trace_speculative", "verify_step_time"]
+
+
+def _blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+def fit_drafts(wanted: list[int], budget: int) -> list[int]:
+    """Drafts each decoding sequence keeps under a token budget of `budget` tokens: every sequence's own token
+    first (one each), then the drafts share what is left, in running order; the first sequences keep theirs.
+
+    >>> fit_drafts([3, 3, 3], 8)         # 3 own tokens, then 5 drafts: 3 for the first, 2 for the second
+    [3, 2, 0]
+    >>> fit_drafts([4, 4], 2)            # the decodes alone fill the budget
+    [0, 0]
+    """
+    left = budget - len(wanted)
+    kept = []
+    for w in wanted:
+        d = min(w, max(0, left))
+        kept.append(d)
+        left -= d
+    return kept
+
+
+class LookaheadBlockManager(BlockManager):
+    """The block manager of servelab.schedulers.scheduler, with slots for a sequence's draft tokens.
+
+    A decoding sequence has KV for its first len - 1 tokens, so it holds ceil((len - 1) / block_size) blocks.
+    A step that computes its last token and d drafts writes positions len - 1 .. len - 1 + d and needs
+    ceil((len + d) / block_size) blocks; with d = 0 that is the one-block rule `needs_new_block`.
+    """
+
+    def blocks_short(self, seq: Sequence) -> int:
+        """Blocks to take before the step: for the last token and every draft the step computes."""
+        return max(0, _blocks_for(len(seq) + len(seq.draft_token_ids), self.block_size) - len(seq.block_table))
+
+    def can_append(self, seq: Sequence) -> bool:
+        return self.num_free_blocks >= self.blocks_short(seq)
+
+    def may_append(self, seq: Sequence):
+        for _ in range(self.blocks_short(seq)):
+            seq.block_table.append(self._allocate_block())
+
+    def rollback(self, seq: Sequence) -> int:
+        """Give back the look-ahead blocks past the sequence's KV (they hold only rejected drafts); returns how
+        many. Such a block was taken for this step and never hashed: its only reference is this sequence's."""
+        keep = _blocks_for(seq.num_cached_tokens, self.block_size)
+        released = 0
+        while len(seq.block_table) > keep:
+            block = self.blocks[seq.block_table.pop()]
+            block.ref_count -= 1
+            assert block.ref_count == 0 and block.hash == -1, "a look-ahead block is the sequence's alone"
+            self._deallocate_block(block.block_id)
+            released += 1
+        return released
+
+
+class SpecScheduler(Scheduler):
+    """Prefill first as before; a decode step computes each sequence's last token and its drafts.
+
+    The proposer runs between steps and sets `seq.draft_token_ids` (at most `num_speculative_tokens`; fewer near
+    `max_tokens`, since tokens past it would be thrown away). `postprocess` takes, per sequence, the tokens the
+    step appends: for a decode step the accepted drafts and the bonus token (`accept_greedy`), for a prefill
+    step the one sampled token, as a list of one.
+    """
+
+    def __init__(self, *args, num_speculative_tokens: int = 3, **kwargs):
+        super().__init__(*args, **kwargs)
+        if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) \
+                or num_speculative_tokens < 0:
+            raise ValueError(f"num_speculative_tokens must be an int >= 0, got {num_speculative_tokens!r}")
+        bm = self.block_manager
+        self.block_manager = LookaheadBlockManager(len(bm.blocks), bm.block_size, bm.enable_prefix_caching)
+        self.num_speculative_tokens = num_speculative_tokens
+        self.num_draft_tokens = 0       # drafts scheduled (and so computed)
+        self.num_accepted_tokens = 0    # drafts the target agreed with
+        self.num_released_blocks = 0    # look-ahead blocks given back by rollbacks
+        self.num_cut_draft_tokens = 0   # drafts proposed but left out for want of budget
+
+    def add(self, seq: Sequence):
+        super().add(seq)
+        seq.draft_token_ids = []
+
+    def max_drafts(self, seq: Sequence) -> int:
+        """Drafts worth proposing: k, or fewer when the step would pass `max_tokens` (it appends up to d + 1)."""
+        return max(0, min(self.num_speculative_tokens, seq.max_tokens - seq.num_completion_tokens - 1))
+
+    def _fit_drafts(self):
+        """Cut drafts to the token budget: each decoding sequence's own token first, then the drafts share what
+        is left, in running order (the first sequences keep theirs)."""
+        decoding = list(self.running)[:self.max_num_seqs]
+        wanted = [min(len(seq.draft_token_ids), self.max_drafts(seq)) for seq in decoding]
+        for seq, d in zip(decoding, fit_drafts(wanted, self.max_num_batched_tokens)):
+            self.num_cut_draft_tokens += len(seq.draft_token_ids) - d
+            del seq.draft_token_ids[d:]
+
+    def schedule(self) -> tuple[list[Sequence], bool]:
+        self._fit_drafts()
+        seqs, is_prefill = super().schedule()   # the look-ahead block manager takes the drafts' slots
+        if not is_prefill:
+            for seq in seqs:
+                seq.num_scheduled_tokens = 1 + len(seq.draft_token_ids)
+                self.num_draft_tokens += len(seq.draft_token_ids)
+        return seqs, is_prefill
+
+    def preempt(self, seq: Sequence):
+        seq.draft_token_ids = []
+        super().preempt(seq)
+
+    def postprocess(self, seqs: list[Sequence], token_ids: list[list[int]], is_prefill: bool) -> list[Sequence]:
+        """Append each sequence's accepted drafts and bonus token, roll back past them, free finished ones.
+        Returns the sequences that finished this step."""
+        if is_prefill:
+            return super().postprocess(seqs, [t[0] for t in token_ids], is_prefill)
+        finished = []
+        for seq, tokens in zip(seqs, token_ids, strict=True):
+            accepted = len(tokens) - 1
+            if not 0 <= accepted <= len(seq.draft_token_ids) or tokens[:accepted] != seq.draft_token_ids[:accepted]:
+                raise ValueError(f"{seq.name}: a step appends its accepted drafts and one bonus token, got {tokens} "
+                                 f"for drafts {seq.draft_token_ids}")
+            seq.draft_token_ids = []
+            stop, n = False, 0
+            for token in tokens:
+                seq.append_token(token)
+                n += 1
+                if (not seq.ignore_eos and token == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+                    stop = True
+                    break
+            # the KV that stays valid: the last token's and the accepted drafts' up to a stop (a stopping token
+            # has no KV to keep); only blocks made of those tokens are complete, so only they are hashed
+            self.num_accepted_tokens += min(accepted, n)
+            seq.num_scheduled_tokens = 1 + min(accepted, n - 1)
+            self.block_manager.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if stop:
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                self.running.remove(seq)
+                finished.append(seq)
+            else:
+                self.num_released_blocks += self.block_manager.rollback(seq)
+        return finished
+
+
+def ngram_propose(token_ids: list[int], k: int, min_n: int = 1, max_n: int = 3) -> list[int]:
+    """Prompt-lookup drafting: find the longest n-gram (min_n <= n <= max_n) that ends the sequence and also
+    occurs earlier in it (its earliest occurrence), and propose the up to k tokens that followed it there.
+
+    >>> ngram_propose([5, 1, 2, 3, 9, 9, 1, 2], k=3)      # [1, 2] occurred at position 1, followed by 3, 9, 9
+    [3, 9, 9]
+    >>> ngram_propose([1, 2, 3], k=3)                     # no n-gram repeats: no drafts
+    []
+    """
+    if not 1 <= min_n <= max_n:
+        raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+    total = len(token_ids)
+    for n in range(min(max_n, total - 1), min_n - 1, -1):
+        suffix = token_ids[total - n:]
+        for j in range(total - n):
+            if token_ids[j:j + n] == suffix:
+                return list(token_ids[j + n:j + n + k])
+    return []
+
+
+def fake_target(tokens: list[int]) -> int:
+    """servelab.engine.driver's fake model as a function of a sequence's tokens: the token it samples after them."""
+    return (sum(tokens) * 31 + 7) % 1000
+
+
+def accept_greedy(seq: Sequence, target: Callable[[list[int]], int] = fake_target) -> list[int]:
+    """Greedy verification of `seq.draft_token_ids`: the drafts the target agrees with, then its own token at the
+    first disagreement (or after the last draft). What plain greedy decoding would append, in one step."""
+    context, out = list(seq.token_ids), []
+    for draft in seq.draft_token_ids:
+        t = target(context)
+        out.append(t)
+        if t != draft:
+            return out
+        context.append(t)
+    out.append(target(context))
+    return out
+
+
+def oracle_proposer(truth: list[int], accept: list[int]) -> Callable[[Sequence, int], list[int]]:
+    """A proposer for one sequence that knows the true continuation `truth` and gets `accept[j]` drafts right
+    at its j-th proposal (cycling), then one wrong; for worked examples and tests."""
+    calls = [0]
+
+    def propose(seq: Sequence, k: int) -> list[int]:
+        done = seq.num_completion_tokens
+        right = accept[calls[0] % len(accept)]
+        calls[0] += 1
+        guess = truth[done:done + k]
+        return [t if i < right else t + 1 for i, t in enumerate(guess)][:k]
+    return propose
+
+
+def run_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
+                    target: Callable[[list[int]], int] = fake_target,
+                    max_steps: int = 100_000) -> list[tuple[int, int, bool]]:
+    """Drive `scheduler`: propose drafts for the running sequences, schedule, verify greedily, postprocess.
+    Returns (tokens computed, sequences, is_prefill) per step."""
+    steps = []
+    while not scheduler.is_finished():
+        if len(steps) >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        for seq in scheduler.running:
+            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
+        seqs, is_prefill = scheduler.schedule()
+        steps.append((sum(s.num_scheduled_tokens for s in seqs), len(seqs), is_prefill))
+        if is_prefill:
+            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
+        else:
+            out = [accept_greedy(s, target) for s in seqs]
+        scheduler.postprocess(seqs, out, is_prefill)
+    return steps
+
+
+def trace_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
+                      target: Callable[[list[int]], int] = fake_target) -> list[dict]:
+    """`run_speculative`, recording each decode step of each sequence: its length before the step, drafts
+    scheduled, drafts accepted, tokens appended (accepted + the bonus), tokens computed, the blocks it held
+    before, took for the look-ahead and gave back in the rollback, and the tokens with KV after it. A finished
+    sequence gives back all its blocks (`given_back` counts only the rollback's, 0 then)."""
+    rows, step = [], 0
+    while not scheduler.is_finished():
+        for seq in scheduler.running:
+            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
+        held = {seq.seq_id: len(seq.block_table) for seq in scheduler.running}
+        seqs, is_prefill = scheduler.schedule()
+        if is_prefill:
+            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
+            scheduler.postprocess(seqs, out, is_prefill)
+            step += 1
+            continue
+        before = [(len(s), len(s.draft_token_ids), s.num_scheduled_tokens, len(s.block_table)) for s in seqs]
+        out = [accept_greedy(s, target) for s in seqs]
+        accepted = [sum(1 for _ in _agree(s.draft_token_ids, t)) for s, t in zip(seqs, out)]
+        finished = scheduler.postprocess(seqs, out, is_prefill)
+        for s, (n, d, computed, blocks), a, t in zip(seqs, before, accepted, out):
+            done = s in finished
+            rows.append({"step": step, "seq": s.name, "len": n, "drafts": d, "accepted": a, "appended": len(t),
+                         "computed": computed, "blocks_before": held.get(s.seq_id, blocks),
+                         "taken": blocks - held.get(s.seq_id, blocks),
+                         "given_back": 0 if done else blocks - len(s.block_table),
+                         "cached": s.num_cached_tokens, "finished": done})
+        step += 1
+    return rows
+
+
+def _agree(drafts: list[int], tokens: list[int]):
+    for d, t in zip(drafts, tokens):
+        if d != t:
+            return
+        yield d
+
+
+# ---- what speculation buys, from the roofline -------------------------------------------------------------------
+
+# a draft model of 1B-parameter shape (16 layers, hidden 2048, GQA 32 / 8 heads of 64, tied embeddings): the
+# drafting cost in the examples and the chapter's cases (about an eighth of Llama-3-8B's bytes a step)
+DRAFT_1B = ModelSpec("draft-1B", num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8, head_dim=64,
+                     intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True)
+
+def _check_rate(alpha) -> float:
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha <= 1:
+        raise ValueError(f"alpha (the chance a draft is accepted) must be a number in [0, 1], got {alpha!r}")
+    return float(alpha)
+
+
+def _check_count(name: str, value, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return value
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Tokens one verification step appends, on average, when each draft is accepted with probability alpha
+    given the ones before it were: 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha); the last term is
+    the bonus token's (it always comes). k + 1 at alpha = 1.
+
+    >>> round(expected_tokens_per_step(0.8, 4), 4), expected_tokens_per_step(0.0, 4), expected_tokens_per_step(1.0, 4)
+    (3.3616, 1.0, 5.0)
+    """
+    alpha, k = _check_rate(alpha), _check_count("k", k, 0)
+    return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def verify_step_time(model: ModelSpec, gpu: GPUSpec, batch: int, context_len: int, k: int,
+                     overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Seconds for one verification step: `batch` sequences each computing a chunk of k + 1 tokens (the last
+    token and k drafts) on a cached context of `context_len`; at k = 0 it is the plain decode step. The same as
+    costmodel.step_time(prefill_tokens=[k + 1] * batch, prefill_context=context_len), from its four totals.
+
+    >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM, step_time
+    >>> verify_step_time(LLAMA3_8B, H100_SXM, 8, 512, 3) == step_time(LLAMA3_8B, H100_SXM, [4] * 8, (), 512)
+    True
+    """
+    batch, k = _check_count("batch", batch, 1), _check_count("k", k, 0)
+    context_len = _check_count("context_len", context_len, 0)
+    chunk = k + 1
+    pairs = batch * (chunk * context_len + chunk * (chunk + 1) // 2)
+    cost = costmodel.cost_from_totals(model, gpu, batch * chunk, batch, pairs, batch * context_len)
+    return cost.seconds(costmodel._check_overhead(overhead_s))
+
+
+def draft_time(draft: ModelSpec | None, gpu: GPUSpec, batch: int, context_len: int, k: int,
+               overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Seconds to propose k drafts for the batch: k decode steps of the draft model (with its own KV), or
+    nothing for prompt-lookup drafting (`draft=None`)."""
+    if draft is None or k == 0:
+        return 0.0
+    return k * verify_step_time(draft, gpu, batch, context_len, 0, overhead_s)
+
+
+def speculative_speedup(model: ModelSpec, gpu: GPUSpec, batch: int, context_len: int, k: int, alpha: float,
+                        draft: ModelSpec | None = None, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+    """Tokens per second with speculation over tokens per second without, for a batch decoding at
+    `context_len`: expected_tokens_per_step(alpha, k) tokens per (drafting + verify step) against one token per
+    plain decode step. Above 1 speculation pays. The verify step's k + 1 tokens per sequence turn a memory-bound
+    step compute-bound k + 1 times sooner, which is where it stops paying.
+
+    >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
+    >>> round(speculative_speedup(LLAMA3_8B, H100_SXM, 1, 1024, 4, 0.8), 2)    # batch 1: E tokens for one step
+    3.36
+    """
+    alpha = _check_rate(alpha)
+    plain = verify_step_time(model, gpu, batch, context_len, 0, overhead_s)
+    spec = verify_step_time(model, gpu, batch, context_len, k, overhead_s) + \
+        draft_time(draft, gpu, batch, context_len, k, overhead_s)
+    return expected_tokens_per_step(alpha, k) * plain / spec
+
+
+def crossover_batch(model: ModelSpec, gpu: GPUSpec, context_len: int, k: int, alpha: float,
+                    draft: ModelSpec | None = None, overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+                    max_batch: int = 4096) -> int | None:
+    """The smallest batch at which speculation stops paying (speedup <= 1), or None up to `max_batch`. At long
+    contexts there may be none: every sequence's KV is read by the plain step and the verify step alike, so
+    both stay memory-bound together.
+
+    >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
+    >>> crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7), crossover_batch(LLAMA3_8B, H100_SXM, 1024, 4, 0.7)
+    (320, None)
+    """
+    _check_count("max_batch", max_batch, 1)
+    for batch in range(1, max_batch + 1):
+        if speculative_speedup(model, gpu, batch, context_len, k, alpha, draft, overhead_s) <= 1:
+            return batch
+    return None
