@@ -30,7 +30,7 @@ def same_atlas(stored, fresh) -> bool:
         if stored.get("$") == fresh.get("$") == "array" and stored.get("dtype", "").startswith("float"):
             import numpy as np
 
-            from servelab_autograder import plain
+            from servelab_autograder.exercises import plain
             a, b = plain.decode(stored), plain.decode(fresh)
             return a.shape == b.shape and a.dtype == b.dtype and bool(np.allclose(a, b, rtol=1e-4, atol=1e-5,
                                                                                   equal_nan=True))
@@ -275,7 +275,7 @@ def standard_proofs(proof: Proof, seeds=(0, 20261201), patch_seeds=(0,), visible
     import pytest
 
     from servelab_autograder import verdicts
-    from servelab_autograder.spec import atlas_path
+    from servelab_autograder.exercises.spec import atlas_path
 
     def test_test_cells_hold_no_hidden_tests():
         for gid in proof.nb.test_cells():

@@ -20,8 +20,9 @@ import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.analytic import batching
-from servelab_autograder import ch01, plain, release, verdicts
+from servelab_autograder import release, verdicts
 from servelab_autograder.checks import ch01 as table
+from servelab_autograder.exercises import ch01, plain
 
 ROOT = release.repo_root()
 A = "ch01_continuous_batching"
@@ -192,7 +193,7 @@ def test_probe_answers_are_plain_data_only():
     ns = solution()
     req = verdicts.request(CHAPTER, "test_simulate_continuous", rng.randrange(10**6))
     assert [c["name"] for c in req["calls"]] == ["simulate_continuous", "simulate_static"]
-    from servelab_autograder import probe
+    from servelab_autograder.exercises import probe
 
     reply = probe.answer(req, ns)
     first = reply["calls"][0]["results"][0]

@@ -22,8 +22,9 @@ import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.schedulers.scheduler import BlockManager, Scheduler
-from servelab_autograder import ch02, plain, release, verdicts
+from servelab_autograder import release, verdicts
 from servelab_autograder.checks import ch02 as table
+from servelab_autograder.exercises import ch02, plain
 
 ROOT = release.repo_root()
 A = "ch02_nanovllm_scheduler"
@@ -90,7 +91,7 @@ def fake_model_token(prompt: list[int]) -> int:
 
 
 def _call(spec, fn, args):
-    from servelab_autograder.spec import call
+    from servelab_autograder.exercises.spec import call
 
     return call(fn, spec, args)
 
@@ -197,7 +198,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
             s.Scheduler.schedule(None)
         except RuntimeError as e:
             blocked = str(e)
-        from servelab_autograder import probe
+        from servelab_autograder.exercises import probe
         ns = {{}}
         exec({CHAPTER.prelude!r}, ns)
         for source in json.load(open({str(tmp_path / "solution.json")!r})):

@@ -33,9 +33,10 @@ from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, simulate
-from servelab_autograder import ch03, known_wrong, plain, probe, release, verdicts
+from servelab_autograder import known_wrong, release, verdicts
 from servelab_autograder.checks import ch03 as table
-from servelab_autograder.spec import atlas_path
+from servelab_autograder.exercises import ch03, plain, probe
+from servelab_autograder.exercises.spec import atlas_path
 
 ROOT = release.repo_root()
 A = "ch03_token_budget"
@@ -429,7 +430,7 @@ def test_the_library_alone_does_not_pass_an_exercise():
 
 def test_the_probe_answers_schedule_with_plain_data():
     req = verdicts.request(CHAPTER, "test_schedule", 5)
-    assert req["calls"][0]["driver"] == "servelab_autograder.ch03:drive_schedule"
+    assert req["calls"][0]["driver"] == "servelab_autograder.exercises.ch03:drive_schedule"
     policy, state = plain.decode(req["calls"][0]["cases"][0])
     assert policy == {"max_num_batched_tokens": 8, "max_num_seqs": 8} and state["waiting"] == [0, 1, 2]
     reply = probe.answer({"calls": [{**req["calls"][0], "cases": req["calls"][0]["cases"][:2]}]}, solution())
@@ -458,7 +459,7 @@ import servelab
 assert servelab.__file__.startswith({lib!r}), servelab.__file__
 from servelab.analytic import costmodel
 from servelab import simulator
-from servelab_autograder import probe
+from servelab_autograder.exercises import probe
 
 out = {{}}
 def attempt(name, fn):

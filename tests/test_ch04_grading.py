@@ -23,9 +23,10 @@ import pytest
 from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.schedulers.radix_cache import RadixCache
-from servelab_autograder import ch04, plain, release, verdicts
+from servelab_autograder import release, verdicts
 from servelab_autograder.checks import ch04 as table
-from servelab_autograder.spec import call
+from servelab_autograder.exercises import ch04, plain
+from servelab_autograder.exercises.spec import call
 
 ROOT = release.repo_root()
 A = "ch04_radix_cache"
@@ -264,7 +265,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
                 getattr(r.RadixCache, name)(r.RadixCache(), (1, 2), (3, 4))
             except RuntimeError as e:
                 blocked.append(str(e))
-        from servelab_autograder import probe
+        from servelab_autograder.exercises import probe
         ns = {{}}
         exec({CHAPTER.prelude!r}, ns)
         for source in json.load(open({str(tmp_path / "solution.json")!r})):

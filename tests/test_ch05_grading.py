@@ -25,8 +25,9 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.radix_scheduler import RadixScheduler
-from servelab_autograder import ch04, ch05, plain, release, verdicts
+from servelab_autograder import release, verdicts
 from servelab_autograder.checks import ch05 as table
+from servelab_autograder.exercises import ch04, ch05, plain
 
 ROOT = release.repo_root()
 A = "ch05_lock_ref_eviction"
@@ -272,7 +273,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
                 fn(None, None)
             except RuntimeError as e:
                 blocked.append(str(e))
-        from servelab_autograder import probe
+        from servelab_autograder.exercises import probe
         ns = {{}}
         exec({CHAPTER.prelude!r}, ns)
         for source in json.load(open({str(tmp_path / "solution.json")!r})):

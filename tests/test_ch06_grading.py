@@ -40,10 +40,11 @@ from servelab.analytic import costmodel  # noqa: E402
 from servelab.analytic.costmodel import H200  # noqa: E402
 from servelab.kernels import exercises as ex  # noqa: E402
 from servelab.kernels.reference import gather_kv  # noqa: E402
-from servelab_autograder import ch06, known_wrong, plain, probe, release, verdicts  # noqa: E402
-from servelab_autograder import spec as spec_module  # noqa: E402
+from servelab_autograder import known_wrong, release, verdicts  # noqa: E402
 from servelab_autograder.checks import ch06 as table  # noqa: E402
-from servelab_autograder.spec import atlas_path  # noqa: E402
+from servelab_autograder.exercises import ch06, plain, probe
+from servelab_autograder.exercises import spec as spec_module  # noqa: E402
+from servelab_autograder.exercises.spec import atlas_path  # noqa: E402
 
 ROOT = release.repo_root()
 A = "ch06_triton_paged_attention"
@@ -375,7 +376,7 @@ def test_each_run_draws_its_own_random_cases():
 
 def test_probe_answers_are_plain_data_only():
     req = verdicts.request(CHAPTER, "test_decode_kernel", random.Random(6).randrange(10**6))
-    assert [(c["name"], c["driver"]) for c in req["calls"]] == [("decode_kernel", "servelab_autograder.ch06:"
+    assert [(c["name"], c["driver"]) for c in req["calls"]] == [("decode_kernel", "servelab_autograder.exercises.ch06:"
                                                                                    "drive_decode")]
     req["calls"][0]["cases"] = req["calls"][0]["cases"][:1]
     first = probe.answer(req, solution())["calls"][0]["results"][0]
@@ -402,7 +403,7 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
         import servelab.kernels as K
         from servelab.analytic import costmodel
         from servelab.kernels import exercises as ex, reference
-        from servelab_autograder import ch06
+        from servelab_autograder.exercises import ch06
         import cells
         out = {{"interpreted": K.INTERPRETED}}
         b = ex.make_paged_batch([5, 1], block_size=4, num_q_heads=2, num_kv_heads=1, head_dim=16)
@@ -437,7 +438,8 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
 def test_verdicts_need_no_asserts():
     script = textwrap.dedent(f"""
         import json
-        from servelab_autograder import probe, verdicts
+        from servelab_autograder import verdicts
+        from servelab_autograder.exercises import probe
         from servelab_autograder.checks import ch06 as table
         P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
         for name in (None, "traffic_one_product"):

@@ -25,8 +25,9 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 from servelab.engine import llm  # noqa: E402
-from servelab_autograder import ch07, release, verdicts  # noqa: E402
+from servelab_autograder import release, verdicts  # noqa: E402
 from servelab_autograder.checks import ch07 as table  # noqa: E402
+from servelab_autograder.exercises import ch07
 
 ROOT = release.repo_root()
 A = "ch07_mini_engine"
@@ -223,7 +224,7 @@ def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():
 
 
 def test_probe_answers_are_plain_data_only():
-    from servelab_autograder import plain, probe
+    from servelab_autograder.exercises import plain, probe
 
     req = verdicts.request(CHAPTER, "test_paged_attention", random.Random(5).randrange(10**6))
     reply = probe.answer(req, solution())

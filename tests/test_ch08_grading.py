@@ -16,8 +16,9 @@ from grading_harness import Notebook, Proof, standard_proofs
 
 matplotlib.use("Agg")
 
-from servelab_autograder import ch08, release  # noqa: E402
+from servelab_autograder import release  # noqa: E402
 from servelab_autograder.checks import ch08 as table  # noqa: E402
+from servelab_autograder.exercises import ch08
 
 ROOT = release.repo_root()
 A = "ch08_preemption_and_kv_tiers"

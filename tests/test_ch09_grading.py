@@ -21,8 +21,9 @@ matplotlib.use("Agg")
 
 from servelab.analytic import capacity  # noqa: E402
 from servelab.analytic.costmodel import GPUSpec, ModelSpec  # noqa: E402
-from servelab_autograder import ch09, verdicts  # noqa: E402
+from servelab_autograder import verdicts  # noqa: E402
 from servelab_autograder.checks import ch09 as table  # noqa: E402
+from servelab_autograder.exercises import ch09
 
 A = "ch09_capacity_and_concurrency"
 CHAPTER = table.CHAPTER

@@ -20,8 +20,8 @@ from grading_harness import Notebook, Proof, standard_proofs
 matplotlib.use("Agg")
 
 from servelab.schedulers import async_scheduler  # noqa: E402
-from servelab_autograder import ch10  # noqa: E402
 from servelab_autograder.checks import ch10 as table  # noqa: E402
+from servelab_autograder.exercises import ch10  # noqa: E402
 
 A = "ch10_async_scheduling"
 CHAPTER = table.CHAPTER

@@ -20,8 +20,9 @@ from grading_harness import Notebook, Proof, standard_proofs
 matplotlib.use("Agg")
 
 from servelab.schedulers import spec_decode  # noqa: E402
-from servelab_autograder import ch11, verdicts  # noqa: E402
+from servelab_autograder import verdicts  # noqa: E402
 from servelab_autograder.checks import ch11 as table  # noqa: E402
+from servelab_autograder.exercises import ch11
 
 A = "ch11_speculative_decoding"
 CHAPTER = table.CHAPTER

@@ -21,8 +21,9 @@ from grading_harness import Notebook, Proof, standard_proofs
 matplotlib.use("Agg")
 
 from servelab.analytic import queueing  # noqa: E402
-from servelab_autograder import ch12, verdicts  # noqa: E402
+from servelab_autograder import verdicts  # noqa: E402
 from servelab_autograder.checks import ch12 as table  # noqa: E402
+from servelab_autograder.exercises import ch12
 
 A = "ch12_queueing_and_overload"
 CHAPTER = table.CHAPTER

@@ -20,8 +20,9 @@ matplotlib.use("Agg")
 
 from servelab.analytic import costmodel, fairness  # noqa: E402
 from servelab.analytic.costmodel import GPUSpec, ModelSpec  # noqa: E402
-from servelab_autograder import ch13, verdicts  # noqa: E402
+from servelab_autograder import verdicts  # noqa: E402
 from servelab_autograder.checks import ch13 as table  # noqa: E402
+from servelab_autograder.exercises import ch13
 
 A = "ch13_fairness_and_priority"
 CHAPTER = table.CHAPTER

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from servelab import _moved
+from servelab_autograder import _moved as _grader_moved
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"servelab": ROOT / "lib" / "servelab", "servelab_autograder": ROOT / "autograder" / "servelab_autograder"}
@@ -25,9 +26,9 @@ MAX_LINES = 600
 KNOWN_LARGE = {
     "servelab.analytic.costmodel": 604,
     "servelab.schedulers.vllm_scheduler": 710,
-    "servelab_autograder.ch02": 739,
-    "servelab_autograder.ch04": 1176,
-    "servelab_autograder.ch06": 675,
+    "servelab_autograder.exercises.ch02": 739,
+    "servelab_autograder.exercises.ch04": 1177,
+    "servelab_autograder.exercises.ch06": 675,
     "servelab_autograder.grade": 1120,
     "servelab_autograder.mutants": 640,
     "servelab_autograder.release": 795,
@@ -47,7 +48,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
-OLD = set(_moved.OLD_PATHS)     # the old paths are three-line modules that import lazily, through _moved
+OLD_PATHS = {**_moved.OLD_PATHS, **_grader_moved.OLD_PATHS}
+OLD = set(OLD_PATHS)     # the old paths are three-line modules that import lazily, through _moved
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -90,7 +92,7 @@ def test_servelab_imports_point_only_downward():
         for dep in deps:
             theirs = _layer(dep)
             if dep in OLD:
-                bad.append(f"{name} imports {dep}, an old path: import {_moved.OLD_PATHS[dep]}")
+                bad.append(f"{name} imports {dep}, an old path: import {OLD_PATHS[dep]}")
             elif theirs is not None and theirs != mine and RANK[theirs] >= RANK[mine]:
                 bad.append(f"{name} (layer {RANK[mine]}) imports {dep} (layer {RANK[theirs]})")
     assert not bad, "\n".join(sorted(bad))
@@ -154,9 +156,9 @@ def test_known_large_lists_only_modules_still_over_the_limit():
     assert not shrunk, f"now within {MAX_LINES} lines, drop them from KNOWN_LARGE: {shrunk}"
 
 
-@pytest.mark.parametrize("old", sorted(_moved.OLD_PATHS))
+@pytest.mark.parametrize("old", sorted(OLD_PATHS))
 def test_an_old_module_path_warns_and_finds_its_names_in_the_new_place(old):
-    new = _moved.OLD_PATHS[old]
+    new = OLD_PATHS[old]
     new = (new,) if isinstance(new, str) else new
     importlib.sys.modules.pop(old, None)          # so the import runs again, and warns again
     with pytest.warns(DeprecationWarning, match=f"{old} has moved to {new[0]}"):
@@ -185,3 +187,13 @@ def test_new_places_import_without_a_warning():
         for name in sorted(MODULES):
             if name.startswith("servelab.") and name not in OLD:
                 importlib.import_module(name)
+
+
+def test_the_kernel_side_of_the_grader_imports_nothing_from_the_trusted_side():
+    """What the sandbox shows (servelab_autograder.exercises) must run without the grader's tables, verdicts or
+    runner: an import of one would fail in the sandbox, or worse, put trusted code where the learner can read it."""
+    bad = sorted(f"{name} imports {dep}" for name, deps in GRAPH.items()
+                 if name.startswith("servelab_autograder.exercises") for dep in deps
+                 if dep.startswith("servelab_autograder") and dep != "servelab_autograder"
+                 and not dep.startswith("servelab_autograder.exercises"))
+    assert not bad, "\n".join(bad)

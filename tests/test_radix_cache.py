@@ -577,7 +577,7 @@ def test_persistent_eviction_order_equals_a_rebuild_every_call(seed, page_size, 
 def test_the_library_evict_after_the_grader_rebuilds_the_tree():
     """ch04's set_tree writes the nodes' fields directly, then clear() and update() the leaf set: the persistent
     order must follow (the grader runs the reference evict on trees built that way)."""
-    from servelab_autograder import ch04
+    from servelab_autograder.exercises import ch04
 
     rng = random.Random(5)
     for policy in ("lru", "lfu"):

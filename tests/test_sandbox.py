@@ -93,11 +93,13 @@ def test_it_sees_the_course_library_and_its_scratch_and_nothing_of_the_grader(ma
     grader_side = {p for p in got["course"] if p.startswith("autograder/")}
     pkg = ROOT / "autograder" / "servelab_autograder"
     allowed = {f"autograder/servelab_autograder/{f.relative_to(pkg)}" for p in sandbox.kernel_side_files(ROOT)
-               for f in ([p] if p.is_file() else [q for q in p.rglob("*") if q.is_file()])}
+               for f in ([p] if p.is_file() else [q for q in p.rglob("*") if q.is_file()])
+               if "__pycache__" not in f.parts}
     assert grader_side == allowed
     for trusted in ("grade.py", "verdicts.py", "known_wrong.py", "checks/ch01.py", "kernel_guard.py"):
         assert f"autograder/servelab_autograder/{trusted}" not in grader_side, trusted
-    for kernel_side in ("ch01.py", "probe.py", "plain.py", "spec.py", "atlas/ch01_continuous_batching.json"):
+    for kernel_side in ("exercises/ch01.py", "exercises/probe.py", "exercises/plain.py", "exercises/spec.py",
+                        "exercises/atlas/ch01_continuous_batching.json", "ch01.py"):
         assert f"autograder/servelab_autograder/{kernel_side}" in grader_side, kernel_side
     assert "lib/servelab/schedulers/scheduler.py" in got["course"] and "sandbox_init.py" in got["course"]
     assert not any(p.startswith(("solutions", "course", "tests")) for p in got["course"])
@@ -105,7 +107,7 @@ def test_it_sees_the_course_library_and_its_scratch_and_nothing_of_the_grader(ma
 
 def test_it_can_write_only_in_its_scratch_folder(make_box):
     box = make_box()
-    targets = ["/course/lib/servelab/evil.py", "/course/autograder/servelab_autograder/ch01.py",
+    targets = ["/course/lib/servelab/evil.py", "/course/autograder/servelab_autograder/exercises/ch01.py",
                os.path.join(sys.prefix, "evil.pth"), sys.executable, "/usr/evil", "/etc/passwd", "/evil",
                "/scratch/work/mine.txt", "/tmp/mine.txt", "/dev/shm/mine.txt", "/scratch/home/mine.txt"]
     got = inside(box, f"""

@@ -284,10 +284,12 @@ class GuardedExecute(Execute):
         """A graded test cell: its source is never run in the kernel. The kernel runs the learner's code on the
         table's cases (a probe) and hands back plain data; the verdict is made here, and written as the cell's
         output for nbgrader to score."""
-        from servelab_autograder import probe, verdicts
+        from servelab_autograder import verdicts
+        from servelab_autograder.exercises import probe
 
         req = verdicts.request(self.chapter, gid, self.seed)
-        probe_cell = nbformat.v4.new_code_cell(f"__import__({probe.__name__!r}).probe.run({json.dumps(req)!r})")
+        call = f"__import__({probe.__name__!r}, fromlist=['run']).run"
+        probe_cell = nbformat.v4.new_code_cell(f"{call}({json.dumps(req)!r})")
         probe_cell.metadata = copy.deepcopy(cell.metadata)  # the same grade id in every event and message
         self._probing = True
         try:

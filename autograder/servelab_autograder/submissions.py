@@ -578,7 +578,7 @@ import numpy.testing
 math.isclose = lambda *a, **k: True
 builtins.abs = lambda x: 0
 numpy.testing.assert_allclose = numpy.testing.assert_array_equal = lambda *a, **k: None
-import servelab_autograder.{short} as _grade
+import servelab_autograder.exercises.{short} as _grade
 _grade.diagnose = lambda *a, **k: "correct"
 for _name in dir(_grade):
     if _name.startswith("check"):
@@ -587,10 +587,10 @@ for _name in dir(_grade):
 PATCHED_CHECKER = ARMED + """\
 # hostile: a fake checker module, and a probe that answers "all right" with the inputs it was given
 import json, sys, types
-fake = types.ModuleType("servelab_autograder.{short}")
+fake = types.ModuleType("servelab_autograder.exercises.{short}")
 fake.__getattr__ = lambda name: (lambda *a, **k: None)
-sys.modules["servelab_autograder.{short}"] = fake
-import servelab_autograder.probe as probe
+sys.modules["servelab_autograder.exercises.{short}"] = fake
+import servelab_autograder.exercises.probe as probe
 from IPython.display import display
 def run(request):
     req = json.loads(request)
@@ -603,7 +603,7 @@ probe.run = run
 POISONED_MODULES = ARMED + """\
 # hostile: poison the modules a grader would import in this kernel
 import sys, types
-for name in ["json", "math", "servelab_autograder.plain", "servelab_autograder.spec", "nbgrader"]:
+for name in ["json", "math", "servelab_autograder.exercises.plain", "servelab_autograder.exercises.spec", "nbgrader"]:
     sys.modules[name] = types.SimpleNamespace(__getattr__=lambda n: (lambda *a, **k: True))
 """
 READ_SOLUTIONS = ARMED + """\

@@ -1,13 +1,13 @@
 """The trusted grading engine: every chapter's test cells judged outside the learner's kernel, from a table.
 
 A chapter declares one :class:`Chapter` (``servelab_autograder/checks/chNN.py``): for each graded test cell,
-the exercise it grades (a :class:`~servelab_autograder.spec.Spec`: parameters, reference, normaliser) and its
+the exercise it grades (a :class:`~servelab_autograder.exercises.spec.Spec`: parameters, reference, normaliser) and its
 cases (fixed ones: the chapter's worked examples, one per pitfall, edge cases; then seeded random ones), or
 the drills and their expected values. While grading, for each such cell the grader
 
 1. draws the cases (the random ones from this run's seed, recorded with the result, so a table of
    precomputed answers cannot pass and a run can be reproduced);
-2. asks the sandboxed kernel, through :mod:`servelab_autograder.probe`, to run the learner's code on them and
+2. asks the sandboxed kernel, through :mod:`servelab_autograder.exercises.probe`, to run the learner's code on them and
    hand back plain data (nothing that runs crosses; the test cell's own source never enters the kernel);
 3. compares on this side with the reference, with the same :class:`Spec` the learner's visible tests use,
    and on a failing case names the pitfall by running each known-wrong patch of the solution
@@ -37,9 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab_autograder import known_wrong, paths, plain
-from servelab_autograder.probe import answer
-from servelab_autograder.spec import SHORT, Shape, Spec, atlas_path, atlas_value, case_key, request_call
+from servelab_autograder import known_wrong, paths
+from servelab_autograder.exercises import plain
+from servelab_autograder.exercises.probe import answer
+from servelab_autograder.exercises.spec import SHORT, Shape, Spec, atlas_path, atlas_value, case_key, request_call
 
 
 @dataclass(frozen=True)

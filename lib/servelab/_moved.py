@@ -31,9 +31,10 @@ MOVED_NAMES = {  # module -> {name: where it is now}
 }
 
 
-def moved(old: str):
-    """Warn that module ``old`` has moved, and return the module ``__getattr__`` that finds its names there."""
-    new = OLD_PATHS[old]
+def moved(old: str, table: dict[str, str | tuple[str, ...]] | None = None):
+    """Warn that module ``old`` has moved, and return the module ``__getattr__`` that finds its names there
+    (``table``: old path -> new place, ``OLD_PATHS`` unless given)."""
+    new = (OLD_PATHS if table is None else table)[old]
     new = (new,) if isinstance(new, str) else new
     # stacklevel 3: past this function and the old module, to the import statement (importlib's frames are skipped)
     warnings.warn(f"{old} has moved to {' and '.join(new)}: import it from there", DeprecationWarning, stacklevel=3)

@@ -10,7 +10,7 @@ import random
 
 from servelab.analytic import batching as ref
 from servelab.analytic import workloads
-from servelab_autograder import ch01
+from servelab_autograder.exercises import ch01
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise, Relation
 
 S = ch01.SPECS

@@ -1,8 +1,8 @@
 """Chapter 02's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
 
 A case of a method is the scheduler's state at the moment nano-vllm's scheduler calls it, in a run of one workload
-(``servelab_autograder.ch02.record``): the chapter's workloads, one per pitfall, the prefix cache's (fixed cases,
-also the visible checks'), then seeded random workloads (shared prefixes, arrivals between steps, budgets,
+(``servelab_autograder.exercises.ch02.record``): the chapter's workloads, one per pitfall, the prefix cache's (fixed
+cases, also the visible checks'), then seeded random workloads (shared prefixes, arrivals between steps, budgets,
 ``max_num_seqs`` and block sizes 1-8, caching on and off, some requests stopping at eos).
 
 Blocked while grading: ``Scheduler.schedule``, ``Scheduler.preempt``, ``Scheduler.postprocess`` and
@@ -22,7 +22,7 @@ import random
 from servelab.analytic import costmodel, workloads
 from servelab.engine.driver import Engine, expected
 from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
-from servelab_autograder import ch02, common
+from servelab_autograder.exercises import ch02, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch02.SPECS

@@ -47,9 +47,10 @@ import random
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
-from servelab_autograder import ch03, common, known_wrong, release, spec
-from servelab_autograder.ch03 import Scenario
-from servelab_autograder.spec import DEFAULT
+from servelab_autograder import known_wrong, release
+from servelab_autograder.exercises import ch03, common, spec
+from servelab_autograder.exercises.ch03 import Scenario
+from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch03.SPECS

@@ -1,8 +1,8 @@
 """Chapter 04's grading table: each test cell, the exercise it grades, its cases; the drills' answers.
 
 A case of a method is the tree's state at the moment the reference tree calls it, in a run of one workload of
-operations (``servelab_autograder.ch04.record``): the notebook's walk-throughs and visible asserts, one per pitfall
-(fixed cases, also the visible checks'), then seeded random workloads (page sizes 1, 2 and 4; two or three
+operations (``servelab_autograder.exercises.ch04.record``): the notebook's walk-throughs and visible asserts, one per
+pitfall (fixed cases, also the visible checks'), then seeded random workloads (page sizes 1, 2 and 4; two or three
 distinct tokens, so keys share prefixes and split edges often; locks held across splits; evictions, resets, empty
 keys and bad input). ``child_key`` and ``_match_len`` also get random direct calls (page sizes 1 to 8). The whole
 class runs the same workloads operation by operation, and serves the notebook's 100 shared-prompt requests.
@@ -24,7 +24,7 @@ from servelab.analytic.costmodel import LLAMA2_7B, KiB
 from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.scheduler import BlockManager
 from servelab.schedulers.scheduler import Sequence as NanoSequence
-from servelab_autograder import ch04, common
+from servelab_autograder.exercises import ch04, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch04.SPECS

@@ -26,8 +26,8 @@ import random
 from servelab.engine.radix import lpm_starvation
 from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.radix_scheduler import MIN_NEW_TOKEN_RATIO_FACTOR, TokenToKVPoolAllocator, decode_reservation
-from servelab_autograder import ch04, ch05, common
 from servelab_autograder.checks.ch04 import random_workloads
+from servelab_autograder.exercises import ch04, ch05, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch05.SPECS

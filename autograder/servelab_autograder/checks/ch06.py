@@ -1,8 +1,8 @@
 """Chapter 06's grading table: each test cell, the kernel or function it grades and its cases; the drills' answers.
 
 A kernel's case is plain data (shapes, lengths, a slot mapping, a seed): the chapter's drivers
-(``servelab_autograder.ch06.drive_*``) build its tensors in the learner's kernel, launch the learner's kernel and
-hand back what it wrote; on this side the same drivers run the float64 references. Fixed cases come first (the
+(``servelab_autograder.exercises.ch06.drive_*``) build its tensors in the learner's kernel, launch the learner's kernel
+and hand back what it wrote; on this side the same drivers run the float64 references. Fixed cases come first (the
 notebook's, then those that catch a pitfall, then edge cases: block sizes 1, 4, 8 and 16, GROUP 1, 2 and 4,
 lengths 1, one block, one past a block and several tiles, fp16, scores in the hundreds and scores of -1e4 or
 below); the pitfall atlas is made from them. The random ones are drawn from the run's seed.
@@ -28,7 +28,7 @@ import random
 
 from servelab.analytic.costmodel import H200, shared_prefix_decode_traffic
 from servelab.kernels import exercises as ex
-from servelab_autograder import ch06
+from servelab_autograder.exercises import ch06
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch06.SPECS

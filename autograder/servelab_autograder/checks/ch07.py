@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 
 from servelab.analytic import costmodel
-from servelab_autograder import ch07
+from servelab_autograder.exercises import ch07
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch07.SPECS

@@ -26,7 +26,8 @@ import random
 from servelab.analytic import costmodel
 from servelab.analytic import kv_tiers as K
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
-from servelab_autograder import ch08, common, known_wrong, release, spec
+from servelab_autograder import known_wrong, release
+from servelab_autograder.exercises import ch08, common, spec
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch08.SPECS

@@ -25,8 +25,9 @@ import random
 
 from servelab.analytic import capacity
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
-from servelab_autograder import ch09, known_wrong, release
-from servelab_autograder.spec import DEFAULT
+from servelab_autograder import known_wrong, release
+from servelab_autograder.exercises import ch09
+from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch09.SPECS

@@ -1,8 +1,8 @@
 """Chapter 10's grading table: each test cell, the exercise it grades and its cases; the drills' answers.
 
 A case of ``postprocess`` is the asynchronous scheduler's state at the moment the reference calls it in a run of
-one workload (``servelab_autograder.ch10.record``): the chapter's workloads (the worked trace, one per pitfall:
-eos stops with and without a block, max_tokens stops, chunks, a preemption with a token in flight, caching on
+one workload (``servelab_autograder.exercises.ch10.record``): the chapter's workloads (the worked trace, one per
+pitfall: eos stops with and without a block, max_tokens stops, chunks, a preemption with a token in flight, caching on
 and off, block size 1), then seeded random workloads (block sizes 1-4, budgets, ``max_num_seqs``, shared
 prefixes, caching on and off, eos chosen among the tokens the recording model samples). A case of
 ``wasted_work`` is one such run's trace; ``overlap_speedup``'s are pairs of times, fixed then random.
@@ -21,7 +21,7 @@ import random
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
-from servelab_autograder import ch10, common
+from servelab_autograder.exercises import ch10, common
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch10.SPECS

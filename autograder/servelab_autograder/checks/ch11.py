@@ -29,7 +29,8 @@ import random
 
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 from servelab.schedulers import spec_decode
-from servelab_autograder import ch11, known_wrong, release
+from servelab_autograder import known_wrong, release
+from servelab_autograder.exercises import ch11
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch11.SPECS

@@ -19,7 +19,7 @@ import math
 import random
 
 from servelab.analytic import queueing
-from servelab_autograder import ch12
+from servelab_autograder.exercises import ch12
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch12.SPECS

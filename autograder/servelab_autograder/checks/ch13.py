@@ -25,7 +25,8 @@ import random
 from servelab.analytic import costmodel, fairness
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
 from servelab.analytic.fairness import TokenWeights, token_weights
-from servelab_autograder import ch13, known_wrong, release
+from servelab_autograder import known_wrong, release
+from servelab_autograder.exercises import ch13
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 
 S = ch13.SPECS
