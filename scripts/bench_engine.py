@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     sp = L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
 
     def engine():
-        return [o["token_ids"] for o in L.LLM(model, block_size=16, num_kvcache_blocks=128, max_num_batched_tokens=512,
+        return [o["token_ids"] for o in L.LLM(model, block_size=16, num_blocks=128, max_num_batched_tokens=512,
                                                max_num_seqs=16).generate(prompts, sp)]
 
     runs = {"engine (batched, paged KV, torch attention)": timed(engine),

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     by_step = workload(args.requests, args.seed)
     requests = [r for batch in by_step.values() for r in batch]
-    scheduler = vs.Scheduler(block_size=BLOCK_SIZE, num_gpu_blocks=NUM_GPU_BLOCKS, max_num_batched_tokens=BUDGET,
+    scheduler = vs.Scheduler(block_size=BLOCK_SIZE, num_blocks=NUM_GPU_BLOCKS, max_num_batched_tokens=BUDGET,
                              max_num_seqs=MAX_NUM_SEQS, enable_prefix_caching=True)
     run = drive(scheduler, by_step)
     steps, wall, cpu = run["steps"], run["wall_s"], run["cpu_s"]

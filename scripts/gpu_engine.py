@@ -47,7 +47,7 @@ def measure(model, batch: int, steps: int, attention: str, sync, prompt: int = P
             block_size: int = 16) -> tuple[float, float]:
     """(measured decode tokens/s, predicted tokens/s) for `steps` decode steps of `batch` requests."""
     blocks = batch * (-(-(prompt + steps + 3) // block_size)) + 8
-    engine = L.LLM(model, block_size=block_size, num_kvcache_blocks=blocks, max_num_batched_tokens=prompt * batch,
+    engine = L.LLM(model, block_size=block_size, num_blocks=blocks, max_num_batched_tokens=prompt * batch,
                    max_num_seqs=batch, enable_prefix_caching=False, attention=attention)
     vocab = model.config.vocab_size
     for i in range(batch):

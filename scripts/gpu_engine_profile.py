@@ -46,7 +46,7 @@ def main() -> int:
     model = sm.Model.random(gpu_engine.llama3_8b(), seed=0, scale=0.02, dtype=torch.bfloat16, device="cuda")
     for batch in (1, 64):
         prompt = 512
-        engine = L.LLM(model, block_size=16, num_kvcache_blocks=batch * (-(-(prompt + 40) // 16)) + 8,
+        engine = L.LLM(model, block_size=16, num_blocks=batch * (-(-(prompt + 40) // 16)) + 8,
                        max_num_batched_tokens=prompt * batch, max_num_seqs=batch, enable_prefix_caching=False,
                        attention="triton")
         for i in range(batch):

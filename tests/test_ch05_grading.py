@@ -111,7 +111,7 @@ def test_a_scheduler_message_names_the_step_the_workload_and_the_difference():
     text = failing(ns, cells=["test_scheduler"])["test_scheduler"]
     assert "Your RadixScheduler (your locks, eviction and cache_finished_req) differs from the reference at " \
            "step" in text
-    assert "RadixScheduler(pool_size=32, max_prefill_tokens=64, max_running_requests=3, page_size=1" in text
+    assert "RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=64, max_num_seqs=3, page_size=1" in text
     assert "First difference: " in text
 
 

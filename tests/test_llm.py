@@ -53,7 +53,7 @@ def _workload(seed, vocab=64):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batched_equals_alone(tiny, seed):
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
+    engine = L.LLM(tiny, block_size=4, num_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
     preempted = hits = chunked = 0
     real_preempt, real_allocate = engine.scheduler.preempt, engine.scheduler.block_manager.allocate
 
@@ -90,7 +90,7 @@ def test_batched_equals_alone(tiny, seed):
 
 
 def test_generate_returns_each_prompts_tokens(tiny):
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16, max_num_seqs=3)
+    engine = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=16, max_num_seqs=3)
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [1, 2, 3, 4]]
     outs = engine.generate(prompts, L.SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), use_tqdm=True)
     assert [o["token_ids"] for o in outs] == [_alone(tiny, p, 5)[0] for p in prompts]
@@ -100,9 +100,9 @@ def test_sampling_is_batch_invariant(tiny):
     """At temperature > 0 each request draws from its own seeded generator: alone or batched, the same tokens."""
     p = [3, 1, 4, 1, 5]
     sp = L.SamplingParams(temperature=1.0, max_tokens=6, ignore_eos=True, seed=11)
-    alone = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16).generate([p], sp)
+    alone = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=16).generate([p], sp)
     others = [[9, 2, 6], [5, 3, 5, 8, 9, 7]]
-    batched = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=6).generate(
+    batched = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=6).generate(
         [others[0], p, others[1]], [L.SamplingParams(temperature=1.0, max_tokens=4, seed=2), sp,
                                     L.SamplingParams(temperature=0.7, max_tokens=9, seed=3)])
     assert batched[1]["token_ids"] == alone[0]["token_ids"]
@@ -134,7 +134,7 @@ def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
             return fn(*args)
         return wrapped
 
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16)
+    engine = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=16)
     for name in ("prepare_prefill", "prepare_decode", "paged_attention"):
         setattr(engine.runner, name, spy(name, getattr(L, name)))
     out = engine.generate([[1, 2, 3, 4, 5]], L.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
@@ -150,7 +150,7 @@ def test_serve_adds_requests_at_their_steps_and_counts_preemptions(tiny):
 
     reqs = engine_requests(seed=0, vocab=64)
     assert reqs == engine_requests(seed=0, vocab=64) and reqs != engine_requests(seed=1, vocab=64)
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
+    engine = L.LLM(tiny, block_size=4, num_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
     params = [L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, _, n in reqs]
     outs = L.serve(engine, [(a, p, sp) for (a, p, _), sp in zip(reqs, params, strict=True)])
     assert engine.preemptions > 0
@@ -164,7 +164,7 @@ def test_serve_adds_requests_at_their_steps_and_counts_preemptions(tiny):
 
 
 def test_bad_input_is_refused(tiny):
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=4, max_num_batched_tokens=16)
+    engine = L.LLM(tiny, block_size=4, num_blocks=4, max_num_batched_tokens=16)
     with pytest.raises(ValueError, match="could never finish"):
         engine.add_request(list(range(20)), L.SamplingParams(temperature=0, max_tokens=2))
     with pytest.raises(ValueError, match=r"token ids in \[0, 64\)"):
@@ -178,7 +178,7 @@ def test_the_triton_kernels_give_the_torch_reference_tokens(tiny):
     under chunked prefill over a cached prefix and decode across block boundaries."""
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 30, 31], [40, 41]]
     sp = L.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    runs = {a: L.LLM(tiny, block_size=4, num_kvcache_blocks=16, max_num_batched_tokens=8, max_num_seqs=3,
+    runs = {a: L.LLM(tiny, block_size=4, num_blocks=16, max_num_batched_tokens=8, max_num_seqs=3,
                      attention=a).generate(prompts, sp) for a in ("torch", "triton")}
     assert [o["token_ids"] for o in runs["triton"]] == [o["token_ids"] for o in runs["torch"]]
     with pytest.raises(ValueError, match="the ch06 kernels"):
@@ -187,7 +187,7 @@ def test_the_triton_kernels_give_the_torch_reference_tokens(tiny):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_batched_equals_alone_through_the_radix_cache(tiny, seed):
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=14, max_num_batched_tokens=24, max_num_seqs=4,
+    engine = L.LLM(tiny, block_size=4, num_blocks=14, max_num_batched_tokens=24, max_num_seqs=4,
                    cache="radix")
     retracted = 0
     real = engine.scheduler.preempt
@@ -232,14 +232,14 @@ def test_text_prompts_go_through_the_tokenizer(tiny, tmp_path):
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
     tok.pre_tokenizer, tok.decoder = pre_tokenizers.Whitespace(), decoders.WordPiece()
     tok.save(str(tmp_path / "tokenizer.json"))
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=32, max_num_batched_tokens=16,
+    engine = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=16,
                    tokenizer=tmp_path / "tokenizer.json")
     sp = L.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     out = engine.generate(["w3 w1 w4 w1 w5"], sp)[0]
     assert out["token_ids"] == _alone(tiny, [3, 1, 4, 1, 5], 4)[0]
     assert out["text"] == " ".join(f"w{t}" for t in out["token_ids"])
     with pytest.raises(ValueError, match="needs a tokenizer"):
-        L.LLM(tiny, block_size=4, num_kvcache_blocks=32).add_request("w1 w2")
+        L.LLM(tiny, block_size=4, num_blocks=32).add_request("w1 w2")
 
 
 def _script(name: str):
@@ -284,7 +284,7 @@ def test_the_graph_cliff_script_runs_its_smoke_test(capsys):
 
 def test_asynchronous_scheduling_generates_what_each_request_generates_alone(tiny, seed=0):
     """Step n+1 scheduled before step n's tokens exist (servelab.schedulers.async_scheduler): batched == alone still."""
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
+    engine = L.LLM(tiny, block_size=4, num_blocks=18, max_num_batched_tokens=12, max_num_seqs=4,
                    async_scheduling=True)
     reqs = [(a, p, L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)) for a, p, n in _workload(seed)]
     got = L.serve(engine, reqs)
@@ -301,7 +301,7 @@ def test_asynchronous_sampling_and_eos_match_synchronous(tiny):
     params = [L.SamplingParams(temperature=1.5, max_tokens=10, seed=k) for k in range(6)]
     outs = {}
     for mode in (False, True):
-        engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=24, max_num_batched_tokens=16, max_num_seqs=4,
+        engine = L.LLM(tiny, block_size=4, num_blocks=24, max_num_batched_tokens=16, max_num_seqs=4,
                        async_scheduling=mode)
         engine.scheduler.eos = 7          # a common token of the tiny model at this temperature
         outs[mode] = [o["token_ids"] for o in engine.generate(prompts, params)]
@@ -319,7 +319,7 @@ def test_asynchronous_scheduling_needs_the_block_cache(tiny):
 def test_speculative_decoding_generates_what_greedy_decoding_generates_alone(tiny, seed=0):
     """Prompt-lookup drafts verified greedily in one pass over k + 1 tokens: the same tokens as one-token steps
     (where a top-2 logit gap is a near tie, up to that step)."""
-    engine = L.LLM(tiny, block_size=4, num_kvcache_blocks=40, max_num_batched_tokens=16, max_num_seqs=4,
+    engine = L.LLM(tiny, block_size=4, num_blocks=40, max_num_batched_tokens=16, max_num_seqs=4,
                    num_speculative_tokens=3)
     reqs = [(a, p, L.SamplingParams(temperature=0, max_tokens=3 * n, ignore_eos=True))
             for a, p, n in _workload(seed)]

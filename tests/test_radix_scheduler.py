@@ -73,15 +73,15 @@ def test_request_validation():
 
 def test_scheduler_validation():
     with pytest.raises(ValueError, match="policy must be one of"):
-        RadixScheduler(pool_size=8, max_prefill_tokens=8, policy="lifo")
-    with pytest.raises(ValueError, match="max_prefill_tokens must be an int >= 1"):
-        RadixScheduler(pool_size=8, max_prefill_tokens=0)
-    with pytest.raises(ValueError, match="max_running_requests must be an int >= 1"):
-        RadixScheduler(pool_size=8, max_prefill_tokens=8, max_running_requests=0)
+        RadixScheduler(kv_capacity_tokens=8, max_num_batched_tokens=8, policy="lifo")
+    with pytest.raises(ValueError, match="max_num_batched_tokens must be an int >= 1"):
+        RadixScheduler(kv_capacity_tokens=8, max_num_batched_tokens=0)
+    with pytest.raises(ValueError, match="max_num_seqs must be an int >= 1"):
+        RadixScheduler(kv_capacity_tokens=8, max_num_batched_tokens=8, max_num_seqs=0)
     for bad in (0, 1.5, -0.1, True, "0.7"):
         with pytest.raises(ValueError, match=r"new_token_ratio must be None or a number in \(0, 1\]"):
-            RadixScheduler(pool_size=8, max_prefill_tokens=8, new_token_ratio=bad)
-    sch = RadixScheduler(pool_size=8, max_prefill_tokens=8)
+            RadixScheduler(kv_capacity_tokens=8, max_num_batched_tokens=8, new_token_ratio=bad)
+    sch = RadixScheduler(kv_capacity_tokens=8, max_num_batched_tokens=8)
     with pytest.raises(ValueError, match="can grow to 9 tokens with KV but the pool has only 8 slots"):
         sch.add(Req(list(range(6)), 4, name="big"))
     sch.add(Req(list(range(6)), 3, name="fits"))
@@ -90,7 +90,7 @@ def test_scheduler_validation():
 # ---- the lifecycle, step by step -----------------------------------------------------------------------------
 
 def test_admission_matches_locks_and_allocates_only_what_missed():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     engine = RadixEngine(sch)
     engine.run([Req(SYSTEM + [1], 1, name="A")])                 # A is cached whole (it has 11 tokens with KV)
     tree, pool = sch.tree_cache, sch.token_to_kv_pool_allocator
@@ -106,7 +106,7 @@ def test_admission_matches_locks_and_allocates_only_what_missed():
 
 
 def test_after_the_prefill_the_prompt_is_in_the_tree_and_the_lock_moves_to_its_end():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     a = Req(SYSTEM + [1, 2], 3, name="A")
     sch.add(a)
     reqs, is_prefill = sch.schedule()
@@ -117,7 +117,7 @@ def test_after_the_prefill_the_prompt_is_in_the_tree_and_the_lock_moves_to_its_e
 
 
 def test_two_requests_with_one_prompt_in_one_step_share_nothing_until_the_second_is_cached():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     a, b = Req(SYSTEM, 2, name="A"), Req(SYSTEM, 2, name="B")
     trace = RadixEngine(sch).run([a, b], arrivals={1: [Req(SYSTEM + [5], 1, name="C")]})
     assert trace[0].scheduled == [("A", 10), ("B", 10)] and trace[0].cached == [("A", 0), ("B", 0)]
@@ -131,7 +131,7 @@ def test_two_requests_with_one_prompt_in_one_step_share_nothing_until_the_second
 
 
 def test_finish_caches_the_answer_so_a_follow_up_turn_hits_it():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     a = Req([1, 2, 3, 4], 6, name="A")
     RadixEngine(sch).run([a])
     follow_up = a.token_ids + [9, 9]
@@ -142,7 +142,7 @@ def test_finish_caches_the_answer_so_a_follow_up_turn_hits_it():
 def test_the_walk_through_evicts_then_preempts_and_the_preempted_request_hits_its_own_kv():
     first = [Req(SYSTEM + [1, 2], 6, name="A")]
     later = {1: [Req(SYSTEM + [3], 6, name="B")], 2: [Req([7] * 8, 8, name="C")]}
-    sch = RadixScheduler(pool_size=32, max_prefill_tokens=64, max_running_requests=3)
+    sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=64, max_num_seqs=3)
     trace = RadixEngine(sch).run(first, arrivals=later)
     rows = [(r.kind, r.scheduled, r.cached, r.preempted, r.available, r.evictable, r.protected) for r in trace]
     assert rows[1] == ("P", [("B", 1)], [("B", 10)], [], 19, 0, 12)
@@ -153,14 +153,14 @@ def test_the_walk_through_evicts_then_preempts_and_the_preempted_request_hits_it
 
 
 def test_admission_evicts_when_the_pool_is_short_and_waits_when_even_that_is_not_enough():
-    sch = RadixScheduler(pool_size=20, max_prefill_tokens=64, max_running_requests=4)
+    sch = RadixScheduler(kv_capacity_tokens=20, max_num_batched_tokens=64, max_num_seqs=4)
     engine = RadixEngine(sch)
     engine.run([Req(list(range(12)), 1, name="old")])                # 12 tokens stay in the tree, unlocked
     assert sch.token_to_kv_pool_allocator.available_size() == 8
     engine.run([Req(list(range(50, 60)), 2, name="new")])            # needs 10: evicts the old prompt
     assert sch.tree_cache.match_prefix(list(range(12)))[0] == []
     # a running request locks its prompt: the next one does not fit and waits, the step decodes instead
-    sch2 = RadixScheduler(pool_size=20, max_prefill_tokens=64, max_running_requests=4)
+    sch2 = RadixScheduler(kv_capacity_tokens=20, max_num_batched_tokens=64, max_num_seqs=4)
     sch2.add(Req(list(range(12)), 3, name="R"))
     sch2.postprocess(*(lambda r: (r[0], [1], r[1]))(sch2.schedule()))
     sch2.add(Req(list(range(30, 40)), 1, name="W"))
@@ -169,7 +169,7 @@ def test_admission_evicts_when_the_pool_is_short_and_waits_when_even_that_is_not
 
 
 def test_the_first_request_of_a_step_may_exceed_the_budget_later_ones_must_fit():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=8, max_running_requests=4)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=8, max_num_seqs=4)
     trace = RadixEngine(sch).run([Req(list(range(12)), 1, name="A"), Req([50, 51], 1, name="B"),
                                   Req([60], 1, name="C")])
     assert trace[0].scheduled == [("A", 12)] and trace[1].scheduled == [("B", 2), ("C", 1)]
@@ -183,7 +183,7 @@ def test_lpm_sorts_by_matched_length_and_starves_a_request_that_shares_nothing()
 
 
 def test_page_size_keeps_unaligned_tails_private_and_frees_them():
-    sch = RadixScheduler(pool_size=40, max_prefill_tokens=64, max_running_requests=3, page_size=2)
+    sch = RadixScheduler(kv_capacity_tokens=40, max_num_batched_tokens=64, max_num_seqs=3, page_size=2)
     a = Req([1, 2, 3, 4, 5], 4, name="A")
     trace = RadixEngine(sch).run([a], arrivals={1: [Req([1, 2, 3, 4, 6, 6, 6], 3, name="B")]})
     assert trace[1].cached == [("B", 4)]
@@ -192,7 +192,7 @@ def test_page_size_keeps_unaligned_tails_private_and_frees_them():
 
 
 def test_disabled_cache_reuses_nothing_and_frees_everything():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64, disable_radix_cache=True)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64, enable_prefix_caching=False)
     trace = RadixEngine(sch).run([Req(SYSTEM, 2, name="A")], arrivals={1: [Req(SYSTEM + [1], 2, name="B")]})
     assert all(k == 0 for r in trace if r.is_prefill for _, k in r.cached)
     assert sch.token_to_kv_pool_allocator.available_size() == 64 and sch.tree_cache.total_size() == 0
@@ -201,7 +201,7 @@ def test_disabled_cache_reuses_nothing_and_frees_everything():
 def test_a_request_that_stops_at_eos():
     prompt = [5, 6, 7]
     eos = expected(prompt, 3)[1]
-    sch = RadixScheduler(pool_size=32, max_prefill_tokens=32, eos=eos)
+    sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=32, eos=eos)
     a = Req(prompt, 5, name="A", ignore_eos=False)
     RadixEngine(sch).run([a])
     assert a.output_ids == expected(prompt, 2) and a.is_finished
@@ -218,7 +218,7 @@ def test_cache_class_swaps_the_tree():
     class Sch(RadixScheduler):
         cache_class = Counting
 
-    sch = Sch(pool_size=16, max_prefill_tokens=16)
+    sch = Sch(kv_capacity_tokens=16, max_num_batched_tokens=16)
     RadixEngine(sch).run([Req(list(range(10)), 1, name="A"), Req(list(range(20, 30)), 1, name="B")])
     assert isinstance(sch.tree_cache, Counting) and Counting.calls >= 1
 
@@ -232,7 +232,7 @@ def test_the_slot_model_and_the_invariants_catch_a_slot_with_two_owners():
             self.token_to_kv_pool_allocator.free(self.tree_cache.all_values_flatten()[:1])
 
     with pytest.raises(RuntimeError, match="slot 0 is both"):
-        RadixEngine(Leaky(pool_size=32, max_prefill_tokens=32)).run([Req([1, 2, 3], 1, name="A")])
+        RadixEngine(Leaky(kv_capacity_tokens=32, max_num_batched_tokens=32)).run([Req([1, 2, 3], 1, name="A")])
 
     class Forgetful(RadixScheduler):
         def cache_finished_req(self, req):          # drops its slots on the floor
@@ -240,9 +240,9 @@ def test_the_slot_model_and_the_invariants_catch_a_slot_with_two_owners():
             req.kv_indices, req.prefix_indices, req.last_node = [], [], None
 
     with pytest.raises(RuntimeError, match="3 slots leaked"):
-        RadixEngine(Forgetful(pool_size=32, max_prefill_tokens=32)).run([Req([1, 2, 3], 1, name="A")])
+        RadixEngine(Forgetful(kv_capacity_tokens=32, max_num_batched_tokens=32)).run([Req([1, 2, 3], 1, name="A")])
 
-    sch = RadixScheduler(pool_size=32, max_prefill_tokens=32)
+    sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=32)
     sch.add(Req([1, 2, 3], 2, name="A"))
     engine = RadixEngine(sch)
     engine.step()
@@ -252,7 +252,8 @@ def test_the_slot_model_and_the_invariants_catch_a_slot_with_two_owners():
 
 
 def test_radix_table_renders_text_and_html():
-    trace = RadixEngine(RadixScheduler(pool_size=16, max_prefill_tokens=16)).run([Req([1, 2], 1, name="A")])
+    sch = RadixScheduler(kv_capacity_tokens=16, max_num_batched_tokens=16)
+    trace = RadixEngine(sch).run([Req([1, 2], 1, name="A")])
     table = radix_table(trace)
     assert str(table).splitlines()[2].split(" | ")[:3] == ["0   ", "P   ", "A:2                    "]
     assert "<th>free slots</th>" in table._repr_html_()
@@ -267,7 +268,7 @@ def _prompts(n, length, max_new):
 
 
 def test_without_the_reservation_nothing_is_held_back():
-    sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     assert sch.new_token_ratio is None and sch.reserved_tokens() == 0
     trace = RadixEngine(sch).run([Req([1] * 10, 50, name="A"), Req([2] * 10, 50, name="B")])
     assert trace[0].scheduled == [("A", 10), ("B", 10)] and sch.new_token_ratio is None
@@ -276,7 +277,7 @@ def test_without_the_reservation_nothing_is_held_back():
 def test_the_reservation_holds_back_the_running_requests_future_tokens():
     # A: 10 + min(50, 4096) = 60 < 100, admitted, and its 60 are held back for the rest of the pass: B (60) waits.
     # Next pass: A has generated 1, so 49 x 0.5 = 24.5 are held back; 90 free - 24.5 = 65.5 > 60: B is admitted.
-    sch = RadixScheduler(pool_size=100, max_prefill_tokens=100, new_token_ratio=0.5)
+    sch = RadixScheduler(kv_capacity_tokens=100, max_num_batched_tokens=100, new_token_ratio=0.5)
     engine = RadixEngine(sch)
     for r in (Req([1] * 10, 50, name="A"), Req([2] * 10, 50, name="B")):
         engine.add_request(r)
@@ -287,7 +288,7 @@ def test_the_reservation_holds_back_the_running_requests_future_tokens():
 
 
 def test_the_ratio_decays_on_clean_decode_steps_and_resets_when_idle():
-    sch = RadixScheduler(pool_size=200, max_prefill_tokens=200, new_token_ratio=0.7)
+    sch = RadixScheduler(kv_capacity_tokens=200, max_num_batched_tokens=200, new_token_ratio=0.7)
     engine = RadixEngine(sch)
     engine.run([Req([1] * 4, 11, name="A")])                    # one prefill, then 10 decode steps
     decay = (0.7 - 0.7 * 0.14) / 600
@@ -299,7 +300,7 @@ def test_the_ratio_decays_on_clean_decode_steps_and_resets_when_idle():
 
 def test_a_retraction_sets_the_ratio_from_the_requests_still_running():
     # a low ratio over-commits: running requests are counted at 0.1 of what they may still generate
-    sch = RadixScheduler(pool_size=100, max_prefill_tokens=64, max_running_requests=8, new_token_ratio=0.1)
+    sch = RadixScheduler(kv_capacity_tokens=100, max_num_batched_tokens=64, max_num_seqs=8, new_token_ratio=0.1)
     seen = []
     engine = RadixEngine(sch)
     for r in _prompts(6, 6, 40):
@@ -318,7 +319,8 @@ def test_a_retraction_sets_the_ratio_from_the_requests_still_running():
 def test_the_reservation_trades_batch_size_for_fewer_retractions():
     runs = {}
     for ratio in (None, 0.7):
-        sch = RadixScheduler(pool_size=400, max_prefill_tokens=4096, max_running_requests=16, new_token_ratio=ratio)
+        sch = RadixScheduler(kv_capacity_tokens=400, max_num_batched_tokens=4096, max_num_seqs=16,
+                             new_token_ratio=ratio)
         trace = RadixEngine(sch).run(_prompts(16, 24, 40))
         runs[ratio] = (sum(len(r.preempted) for r in trace), max(len(r.running) for r in trace), len(trace))
     assert runs[None] == (13, 16, 91) and runs[0.7] == (1, 7, 125)
@@ -332,8 +334,8 @@ def test_random_workloads_keep_every_slot_in_one_place_and_reproduce_solo_output
     preemptions = hits = 0
     for _ in range(40):
         pool = rng.randint(16, 60)
-        sch = RadixScheduler(pool_size=pool, max_prefill_tokens=rng.randint(1, 40),
-                             max_running_requests=rng.randint(1, 5), page_size=rng.choice([1, 2, 4]),
+        sch = RadixScheduler(kv_capacity_tokens=pool, max_num_batched_tokens=rng.randint(1, 40),
+                             max_num_seqs=rng.randint(1, 5), page_size=rng.choice([1, 2, 4]),
                              policy=rng.choice(["fcfs", "lpm"]), eviction_policy=rng.choice(["lru", "lfu"]),
                              new_token_ratio=ratio)
         prefix = [rng.randint(0, 2) for _ in range(rng.randint(0, 12))]

@@ -79,6 +79,11 @@ def _trace(sch, seqs_by_step, make):
         step += 1
 
 
+def _ours(nb, bs, budget, mns, cache):
+    return Scheduler(num_blocks=nb, block_size=bs, max_num_batched_tokens=budget, max_num_seqs=mns,
+                     enable_prefix_caching=cache)
+
+
 def _random_case(rng, max_bs=8, min_bs=2):
     bs = rng.randint(min_bs, max_bs)
     nb = rng.randint(3, 12)
@@ -106,9 +111,9 @@ def test_cache_off_equals_lesson_step2_step_by_step():
             want = _trace(lesson.Scheduler(nb, bs, budget, mns), arrivals, lambda n, p, mt: lesson.Seq(n, p, mt))
         except AssertionError:  # the lesson's scheduler found nothing to run: ours must say so too
             with pytest.raises(RuntimeError, match="do not fit"):
-                _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=False), arrivals, Seq)
+                _trace(_ours(nb, bs, budget, mns, False), arrivals, Seq)
             continue
-        got = _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=False), arrivals, Seq)
+        got = _trace(_ours(nb, bs, budget, mns, False), arrivals, Seq)
         assert got == want
         compared += 1
     assert compared > 300
@@ -119,7 +124,7 @@ def test_any_block_size_generates_what_each_request_generates_alone(cache):
     rng = random.Random(1)
     for _ in range(150):
         bs, nb, budget, mns, arrivals = _random_case(rng, max_bs=5, min_bs=1)
-        sch = Scheduler(nb, bs, budget, mns, enable_prefix_caching=cache)
+        sch = _ours(nb, bs, budget, mns, cache)
         _, outputs = _trace(sch, arrivals, Seq)
         prompts = [(p, mt) for k in sorted(arrivals) for _, p, mt in arrivals[k]]
         assert [o[len(p):] for o, (p, _) in zip(outputs, prompts)] == [expected(p, mt) for p, mt in prompts]
@@ -247,7 +252,7 @@ def test_freed_blocks_are_evicted_lazily_in_free_list_order():
 
 def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="block manager's blocks hold 4"):
-        BlockManager(4, 4).can_allocate(Sequence([1, 2, 3]))
+        BlockManager(num_blocks=4, block_size=4).can_allocate(Sequence([1, 2, 3]))
     with pytest.raises(ValueError, match="block_size"):
         Scheduler(num_blocks=4, block_size=0, max_num_batched_tokens=8)
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
@@ -299,7 +304,7 @@ def _streamed_hash(token_ids, prefix=-1):
 def test_compute_hash_is_the_streamed_xxh64_of_prefix_and_int64_tokens():
     rng = random.Random(5)
     for n in (1, 2, 4, 16, 256):
-        bm = BlockManager(2, n)
+        bm = BlockManager(num_blocks=2, block_size=n)
         prefix = -1
         for _ in range(5):
             tokens = [rng.randrange(-2**40, 2**40) for _ in range(n)]
@@ -383,7 +388,8 @@ class PlainScheduler(Scheduler):
     def __init__(self, *args, enable_prefix_caching=True, **kwargs):
         super().__init__(*args, enable_prefix_caching=enable_prefix_caching, **kwargs)
         bm = self.block_manager
-        self.block_manager = PlainBlockManager(len(bm.blocks), bm.block_size, enable_prefix_caching)
+        self.block_manager = PlainBlockManager(num_blocks=len(bm.blocks), block_size=bm.block_size,
+                                              enable_prefix_caching=enable_prefix_caching)
 
     def postprocess(self, seqs, token_ids, is_prefill):
         finished = []
@@ -412,7 +418,8 @@ class MixedScheduler(Scheduler):
     def __init__(self, *args, enable_prefix_caching=True, **kwargs):
         super().__init__(*args, enable_prefix_caching=enable_prefix_caching, **kwargs)
         bm = self.block_manager
-        self.block_manager = MixedBlockManager(len(bm.blocks), bm.block_size, enable_prefix_caching)
+        self.block_manager = MixedBlockManager(num_blocks=len(bm.blocks), block_size=bm.block_size,
+                                              enable_prefix_caching=enable_prefix_caching)
 
 
 @pytest.mark.parametrize("cache", [False, True])
@@ -425,12 +432,13 @@ def test_fast_forms_schedule_like_the_plain_ones(cls, cache):
         if not arrivals:
             continue
         try:
-            want = _trace(cls(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq)
+            want = _trace(cls(num_blocks=nb, block_size=bs, max_num_batched_tokens=budget, max_num_seqs=mns,
+                              enable_prefix_caching=cache), arrivals, Seq)
         except RuntimeError:
             with pytest.raises(RuntimeError, match="do not fit"):
-                _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq)
+                _trace(_ours(nb, bs, budget, mns, cache), arrivals, Seq)
             continue
-        assert _trace(Scheduler(nb, bs, budget, mns, enable_prefix_caching=cache), arrivals, Seq) == want
+        assert _trace(_ours(nb, bs, budget, mns, cache), arrivals, Seq) == want
         compared += 1
     assert compared > 150
 

@@ -57,7 +57,7 @@ def traced_run(reqs, policy, kv):
 def direct(reqs, policy: V1, kv, step_start_s):
     """The same requests through a vllm_scheduler.Scheduler driven by vllm_scheduler.run: request i is added just
     before the first step that starts at or after its arrival, as the simulator's loop adds it."""
-    sch = vs.Scheduler(block_size=policy.block_size, num_gpu_blocks=kv // policy.block_size + 1,
+    sch = vs.Scheduler(block_size=policy.block_size, num_blocks=kv // policy.block_size + 1,
                        max_num_batched_tokens=policy.max_num_batched_tokens, max_num_seqs=policy.max_num_seqs,
                        long_prefill_token_threshold=policy.long_prefill_token_threshold,
                        enable_prefix_caching=policy.enable_prefix_caching, policy=policy.policy,

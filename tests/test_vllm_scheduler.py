@@ -83,7 +83,7 @@ class KVMemory:
 
 def test_one_mixed_batch_running_first_then_admissions_chunked_by_the_budget_left():
     # Scheduler.schedule: the RUNNING loop walks self.running, then the WAITING loop admits with what is left.
-    sch = Scheduler(block_size=4, num_gpu_blocks=33, max_num_batched_tokens=8, max_num_seqs=8)
+    sch = Scheduler(block_size=4, num_blocks=33, max_num_batched_tokens=8, max_num_seqs=8)
     a, b, c = req("A", 6, max_tokens=3), req("B", 10, max_tokens=2), req("C", 5, max_tokens=2)
     sch.add_request(a)
     out, _ = step(sch)                      # A alone: all 6 prompt tokens, samples its first output
@@ -108,7 +108,7 @@ def test_one_mixed_batch_running_first_then_admissions_chunked_by_the_budget_lef
 
 def test_a_running_request_waiting_for_its_sample_gets_no_tokens():
     # Scheduler.schedule: a running request with num_new_tokens == 0 is skipped with `continue`.
-    sch = Scheduler(block_size=4, num_gpu_blocks=9, max_num_batched_tokens=16, max_num_seqs=4)
+    sch = Scheduler(block_size=4, num_blocks=9, max_num_batched_tokens=16, max_num_seqs=4)
     sch.add_request(req("A", 5, max_tokens=3))
     sch.add_request(req("B", 9, max_tokens=3))
     first = sch.schedule()                  # both prompts whole: 5 + 9 = 14 tokens
@@ -125,7 +125,7 @@ def test_a_running_request_waiting_for_its_sample_gets_no_tokens():
 
 def test_threshold_is_off_for_a_lone_request():
     # Scheduler.schedule: threshold = long_prefill_token_threshold if num_running + num_waiting > 1 else 0.
-    sch = Scheduler(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
+    sch = Scheduler(block_size=16, num_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
                     long_prefill_token_threshold=32)
     sch.add_request(req("A", 76))
     assert step(sch)[0].num_scheduled_tokens == {"A": 53}    # alone: the whole budget
@@ -133,7 +133,7 @@ def test_threshold_is_off_for_a_lone_request():
 
 
 def test_threshold_caps_running_and_waiting_requests_alike():
-    sch = Scheduler(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
+    sch = Scheduler(block_size=16, num_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
                     long_prefill_token_threshold=32)
     sch.add_request(req("A", 76))
     sch.add_request(req("B", 40, max_tokens=2))
@@ -146,7 +146,7 @@ def test_threshold_caps_running_and_waiting_requests_alike():
 
 
 def test_threshold_counts_waiting_requests_when_the_step_starts():
-    sch = Scheduler(block_size=16, num_gpu_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
+    sch = Scheduler(block_size=16, num_blocks=17, max_num_batched_tokens=53, max_num_seqs=4,
                     long_prefill_token_threshold=32)
     a = req("A", 76)
     sch.add_request(a)
@@ -162,7 +162,7 @@ def test_threshold_counts_waiting_requests_when_the_step_starts():
 
 def test_blocks_come_per_step_and_admission_needs_room_for_the_whole_prompt():
     # 5 usable blocks of 4. A: prompt 4, B: prompt 17 (5 blocks). Budget 8.
-    sch = Scheduler(block_size=4, num_gpu_blocks=6, max_num_batched_tokens=8, max_num_seqs=4)
+    sch = Scheduler(block_size=4, num_blocks=6, max_num_batched_tokens=8, max_num_seqs=4)
     a, b = req("A", 4, max_tokens=10), req("B", 17)
     sch.add_request(a)
     sch.add_request(b)
@@ -177,7 +177,7 @@ def test_blocks_come_per_step_and_admission_needs_room_for_the_whole_prompt():
 
 
 def test_without_the_full_prompt_gate_admission_needs_only_the_chunk_and_can_over_admit():
-    sch = Scheduler(block_size=4, num_gpu_blocks=6, max_num_batched_tokens=8, max_num_seqs=4,
+    sch = Scheduler(block_size=4, num_blocks=6, max_num_batched_tokens=8, max_num_seqs=4,
                     reserve_full_prompt=False)
     a, b = req("A", 4, max_tokens=10), req("B", 17)
     sch.add_request(a)
@@ -202,7 +202,7 @@ def test_without_the_full_prompt_gate_admission_needs_only_the_chunk_and_can_ove
 def test_an_admission_hits_blocks_another_request_is_computing_in_the_same_step():
     # A: no hit, 40 tokens, 3 blocks. allocate_slots caches min(40, 40) // 16 = 2 full blocks at once.
     # B: get_computed_blocks looks at (40 - 1) // 16 = 2 blocks, both hit: 32 tokens, computes 8 in 1 new block.
-    sch = Scheduler(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=256, max_num_seqs=4)
+    sch = Scheduler(block_size=16, num_blocks=11, max_num_batched_tokens=256, max_num_seqs=4)
     prompt = list(range(500, 540))
     a, b = Request("A", prompt, 2, ignore_eos=True), Request("B", prompt, 2, ignore_eos=True)
     sch.add_request(a)
@@ -221,7 +221,7 @@ def test_an_admission_hits_blocks_another_request_is_computing_in_the_same_step(
 def test_a_full_prompt_hit_is_capped_to_leave_the_last_token_rounded_down_to_blocks():
     # get_computed_blocks: max_cache_hit_length = num_tokens - 1; find_longest_cache_hit looks at
     # (num_tokens - 1) // block_size blocks.
-    sch = Scheduler(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=256, max_num_seqs=8)
+    sch = Scheduler(block_size=16, num_blocks=11, max_num_batched_tokens=256, max_num_seqs=8)
     prompt = list(range(700, 732))
     sch.add_request(Request("A", prompt, 1, ignore_eos=True))
     out, fin = step(sch)        # A: 32 tokens in blocks [1, 2], both hashed; A finishes, they go to the back
@@ -247,7 +247,7 @@ def test_a_full_prompt_hit_is_capped_to_leave_the_last_token_rounded_down_to_blo
 
 
 def test_block_0_is_the_null_block():
-    sch = Scheduler(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=64, max_num_seqs=4)
+    sch = Scheduler(block_size=4, num_blocks=5, max_num_batched_tokens=64, max_num_seqs=4)
     assert sch.num_free_blocks() == 4 and sch.kv_cache_manager.block_pool.null_block.block_id == 0
     with pytest.raises(ValueError, match="could never finish"):
         sch.add_request(req("big", 20))          # 20 tokens with KV = 5 blocks > 4 usable
@@ -263,7 +263,7 @@ def test_block_0_is_the_null_block():
 
 def test_fcfs_preempts_the_tail_of_running():
     # 6 usable blocks of 4; A, B, C: prompts of 4, 8 outputs each. Steps 0-1 fill all 6 blocks (2 each).
-    sch = Scheduler(block_size=4, num_gpu_blocks=7, max_num_batched_tokens=16, max_num_seqs=8)
+    sch = Scheduler(block_size=4, num_blocks=7, max_num_batched_tokens=16, max_num_seqs=8)
     a, b, c = req("A", 4, 8), req("B", 4, 8), req("C", 4, 8)
     trace = run(sch, {0: [a, b, c]})
     # Step 5: A's decode at position 8 needs a third block, none is free. The victim is running[-1] = C; its blocks
@@ -286,7 +286,7 @@ def test_fcfs_preempts_the_tail_of_running():
 
 def test_fcfs_self_preemption_tail_first_free_resume_on_own_blocks_and_head_of_line_blocking():
     # 4 usable blocks of 4, budget 6. A: prompt 4, 5 outputs. V: prompt 12, 1 output. W arrives before step 2.
-    sch = Scheduler(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=6, max_num_seqs=8)
+    sch = Scheduler(block_size=4, num_blocks=5, max_num_batched_tokens=6, max_num_seqs=8)
     a, v, w = req("A", 4, 5), req("V", 12), req("W", 2)
     sch.add_request(a)
     sch.add_request(v)
@@ -322,7 +322,7 @@ def test_fcfs_self_preemption_tail_first_free_resume_on_own_blocks_and_head_of_l
 
 def test_priority_victim_already_scheduled_gives_its_tokens_back():
     # 3 usable blocks of 4. L: priority 1, arrives first. H: priority 0, arrives before step 1.
-    sch = Scheduler(block_size=4, num_gpu_blocks=4, max_num_batched_tokens=16, max_num_seqs=8, policy="priority")
+    sch = Scheduler(block_size=4, num_blocks=4, max_num_batched_tokens=16, max_num_seqs=8, policy="priority")
     low, high = req("L", 4, 4, priority=1, arrival_time=0.0), req("H", 4, 4, priority=0, arrival_time=1.0)
     sch.add_request(low)
     step(sch)                                    # L: block 1
@@ -347,7 +347,7 @@ def test_priority_victim_already_scheduled_gives_its_tokens_back():
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_a_request_that_preempts_itself_stops_fcfs_but_priority_moves_on(policy):
     # 3 usable blocks of 4. X: prompt 7, priority 1, first. Y: prompt 3, priority 0, before step 1.
-    sch = Scheduler(block_size=4, num_gpu_blocks=4, max_num_batched_tokens=16, max_num_seqs=8, policy=policy)
+    sch = Scheduler(block_size=4, num_blocks=4, max_num_batched_tokens=16, max_num_seqs=8, policy=policy)
     x, y = req("X", 7, 6, priority=1, arrival_time=0.0), req("Y", 3, 2, priority=0, arrival_time=1.0)
     sch.add_request(x)
     step(sch)                                    # X: 7 tokens in blocks [1, 2]
@@ -371,7 +371,7 @@ def test_a_priority_victim_can_leave_blocks_hashed_whose_kv_was_never_computed(p
     # vLLM 0.33.0 hashes a block in allocate_slots, before the step runs. A PRIORITY victim that was already scheduled
     # gives its tokens back, but _preempt_request frees its blocks with their hashes.
     # 6 usable blocks of 2; threshold 2. V: prompt 10, priority 1, first. H: prompt 2, priority 0, before step 1.
-    sch = Scheduler(block_size=2, num_gpu_blocks=7, max_num_batched_tokens=5, max_num_seqs=8,
+    sch = Scheduler(block_size=2, num_blocks=7, max_num_batched_tokens=5, max_num_seqs=8,
                     long_prefill_token_threshold=2, policy=policy)
     v, h = req("V", 10, 1, priority=1, arrival_time=0.0), req("H", 2, 3, priority=0, arrival_time=1.0)
     kv = KVMemory(2)
@@ -415,7 +415,7 @@ def test_priority_ties_can_preempt_each_other_forever():
     # running[0] cannot get the block for its last prompt tokens. It is the victim of its own allocation (first of
     # the tie), and `continue` lets the other go on. Then it is admitted again behind the other, from scratch
     # (nothing is cached). Steps 9-12 (worked out below) bring the state back to where step 9 started.
-    sch = Scheduler(block_size=2, num_gpu_blocks=5, max_num_batched_tokens=4, max_num_seqs=4,
+    sch = Scheduler(block_size=2, num_blocks=5, max_num_batched_tokens=4, max_num_seqs=4,
                     long_prefill_token_threshold=2, enable_prefix_caching=False, policy="priority",
                     reserve_full_prompt=False)
     a = Request("A", list(range(7)), 1, ignore_eos=True, arrival_time=0.0)
@@ -447,7 +447,7 @@ def test_priority_ties_can_preempt_each_other_forever():
 
 
 def test_max_num_seqs_limits_admissions_only():
-    sch = Scheduler(block_size=4, num_gpu_blocks=17, max_num_batched_tokens=100, max_num_seqs=2)
+    sch = Scheduler(block_size=4, num_blocks=17, max_num_batched_tokens=100, max_num_seqs=2)
     a, b, c = req("A", 4, 1), req("B", 4, 3), req("C", 4, 1)
     trace = run(sch, {0: [a, b, c]})
     # Step 0: A and B are admitted, then len(running) == 2 stops admissions; C waits with budget to spare.
@@ -462,7 +462,7 @@ def test_max_num_seqs_limits_admissions_only():
 
 
 def test_computed_tokens_advance_at_schedule_time_and_the_sample_arrives_in_update():
-    sch = Scheduler(block_size=4, num_gpu_blocks=9, max_num_batched_tokens=16, max_num_seqs=4)
+    sch = Scheduler(block_size=4, num_blocks=9, max_num_batched_tokens=16, max_num_seqs=4)
     a = req("A", 6, 2)
     sch.add_request(a)
     out = sch.schedule()
@@ -482,7 +482,7 @@ def test_stop_checks_eos_then_max_tokens_then_max_model_len():
         return {rid: ([eos if sch.requests[rid].num_output_tokens == 1 else 3] if toks else [])
                 for rid, toks in fake_model(sch, out).items()}
 
-    sch = Scheduler(block_size=4, num_gpu_blocks=33, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=9,
+    sch = Scheduler(block_size=4, num_blocks=33, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=9,
                     eos=eos)
     reqs = [Request("stop", [1, 2, 3], 5),                     # eos at output 2: "stop", eos kept
             Request("ignore", [1, 2, 3], 4, ignore_eos=True),  # eos does not stop it: 4 outputs, "length"
@@ -502,7 +502,7 @@ def test_stop_checks_eos_then_max_tokens_then_max_model_len():
 
 
 def test_priority_waiting_queue_orders_by_priority_then_arrival():
-    sch = Scheduler(block_size=4, num_gpu_blocks=17, max_num_batched_tokens=64, max_num_seqs=1, policy="priority")
+    sch = Scheduler(block_size=4, num_blocks=17, max_num_batched_tokens=64, max_num_seqs=1, policy="priority")
     reqs = [req("L", 3, priority=2, arrival_time=0.0), req("M", 3, priority=1, arrival_time=2.0),
             req("H", 3, priority=1, arrival_time=1.0), req("T", 3, priority=0, arrival_time=3.0)]
     for r in reqs:
@@ -516,7 +516,7 @@ def test_priority_waiting_queue_orders_by_priority_then_arrival():
 def test_a_failed_admission_blocks_everyone_behind_it(policy):
     # 4 usable blocks. R's decode takes its third; B (prompt 12, 3 blocks) heads waiting and does not fit in the one
     # left; S (1 block) would.
-    sch = Scheduler(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=64, max_num_seqs=8, policy=policy)
+    sch = Scheduler(block_size=4, num_blocks=5, max_num_batched_tokens=64, max_num_seqs=8, policy=policy)
     r = req("R", 8, 3, priority=0, arrival_time=0.0)
     sch.add_request(r)
     step(sch)
@@ -533,7 +533,7 @@ def test_a_failed_admission_blocks_everyone_behind_it(policy):
 def test_block_pool_free_queue_order():
     # free_blocks: blocks whose ref count reaches 0 go to the front if they have no hash (in the order given), to the
     # back if they have one; touch() takes a hit block out of the middle.
-    pool = BlockPool(8)
+    pool = BlockPool(num_blocks=8)
     assert list(pool.free_block_queue) == [1, 2, 3, 4, 5, 6, 7] and pool.null_block.block_id == 0
     blocks = pool.get_new_blocks(4)
     assert [b.block_id for b in blocks] == [1, 2, 3, 4] and list(pool.free_block_queue) == [5, 6, 7]
@@ -563,13 +563,13 @@ def test_bad_input_is_rejected():
         Request("A", [], 1)
     with pytest.raises(ValueError, match="max_tokens"):
         Request("A", [1], 0)
-    for kw in [dict(block_size=0), dict(num_gpu_blocks=1), dict(max_num_batched_tokens=0), dict(max_num_seqs=0),
+    for kw in [dict(block_size=0), dict(num_blocks=1), dict(max_num_batched_tokens=0), dict(max_num_seqs=0),
                dict(long_prefill_token_threshold=-1), dict(max_model_len=1)]:
         with pytest.raises(ValueError):
-            Scheduler(**{**dict(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=8, max_num_seqs=2), **kw})
+            Scheduler(**{**dict(block_size=4, num_blocks=5, max_num_batched_tokens=8, max_num_seqs=2), **kw})
     with pytest.raises(ValueError, match="unknown scheduling policy"):
-        Scheduler(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=8, max_num_seqs=2, policy="lpm")
-    sch = Scheduler(block_size=4, num_gpu_blocks=5, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=10)
+        Scheduler(block_size=4, num_blocks=5, max_num_batched_tokens=8, max_num_seqs=2, policy="lpm")
+    sch = Scheduler(block_size=4, num_blocks=5, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=10)
     a = req("A", 3)
     sch.add_request(a)
     with pytest.raises(ValueError, match="already"):
@@ -577,10 +577,10 @@ def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="max_model_len"):
         sch.add_request(req("long", 10))          # vLLM rejects prompt_len == max_model_len
     with pytest.raises(ValueError, match="never finish"):
-        Scheduler(block_size=4, num_gpu_blocks=3, max_num_batched_tokens=8, max_num_seqs=2).add_request(
+        Scheduler(block_size=4, num_blocks=3, max_num_batched_tokens=8, max_num_seqs=2).add_request(
             req("grows", 4, max_tokens=6))        # 4 + 6 - 1 = 9 tokens with KV = 3 blocks > 2 usable
     # with max_model_len=9 a request stops at 9 tokens: 8 with KV, 2 blocks, so any max_tokens fits
-    Scheduler(block_size=4, num_gpu_blocks=3, max_num_batched_tokens=8, max_num_seqs=2,
+    Scheduler(block_size=4, num_blocks=3, max_num_batched_tokens=8, max_num_seqs=2,
               max_model_len=9).add_request(req("capped", 4, max_tokens=100))
     out = sch.schedule()
     with pytest.raises(ValueError, match="sampled token"):
@@ -610,7 +610,7 @@ def check_invariants(sch):
     assert all(not r.block_ids and r.num_computed_tokens == 0 for r in sch.waiting)
     free = set(pool.free_block_queue)
     assert not free & set(holders) and 0 not in free
-    assert len(free) + len(holders) == sch.num_gpu_blocks - 1            # no block leaks
+    assert len(free) + len(holders) == sch.num_blocks - 1            # no block leaks
     for block in pool.blocks[1:]:
         assert block.ref_cnt == holders.get(block.block_id, 0)
         if block.block_hash is not None:
@@ -628,7 +628,7 @@ def random_workload(seed):
     block_size = rng.choice([1, 4, 16])
     usable_tokens = rng.choice([16, 32, 48, 64, 96]) // block_size * block_size   # small caches force preemption
     max_model_len = rng.choice([None, None, 40])
-    sch = Scheduler(block_size=block_size, num_gpu_blocks=usable_tokens // block_size + 1,
+    sch = Scheduler(block_size=block_size, num_blocks=usable_tokens // block_size + 1,
                     max_num_batched_tokens=rng.choice([1, 3, 8, 16, 48]), max_num_seqs=rng.choice([1, 2, 4, 8]),
                     long_prefill_token_threshold=rng.choice([0, 0, 4, 10]),
                     enable_prefix_caching=rng.random() < 0.75, policy=rng.choice(["fcfs", "priority"]),
@@ -674,7 +674,7 @@ def test_random_workloads_match_running_alone(seed):
         check_invariants(sch)
         now += 1
         assert now < 5000
-    assert sch.num_free_blocks() == sch.num_gpu_blocks - 1 and not sch.requests
+    assert sch.num_free_blocks() == sch.num_blocks - 1 and not sch.requests
     for r in requests:
         assert r.output_token_ids == expected_outputs(r.prompt_token_ids, r.max_tokens, sch.eos, r.ignore_eos,
                                                       sch.max_model_len, vocab), r.request_id

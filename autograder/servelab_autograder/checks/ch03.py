@@ -385,18 +385,18 @@ DRILLS = Drills("test_drills", (
 
 V1_HIDDEN = (
     # three one-token prompts and a budget of 3: in step 1 the third decode gets the last token of the budget
-    (dict(block_size=4, num_gpu_blocks=8, max_num_batched_tokens=3, max_num_seqs=4),
+    (dict(block_size=4, num_blocks=8, max_num_batched_tokens=3, max_num_seqs=4),
      [[0, "A", [1], 3, 0], [0, "B", [2], 3, 0], [0, "C", [3], 3, 0]]),
     # a threshold of 1 token: every prompt goes one token a step while another request is there
-    (dict(block_size=4, num_gpu_blocks=16, max_num_batched_tokens=8, max_num_seqs=4, long_prefill_token_threshold=1),
+    (dict(block_size=4, num_blocks=16, max_num_batched_tokens=8, max_num_seqs=4, long_prefill_token_threshold=1),
      [[0, "A", ch03._tokens_from(100, 5), 2, 0], [0, "B", ch03._tokens_from(200, 3), 2, 0],
       [3, "C", ch03._tokens_from(300, 4), 2, 0]]),
     # 1,100 one-token prompts in one step, then 1,100 decodes in the next: no loop may stop at a count
-    (dict(block_size=16, num_gpu_blocks=1200, max_num_batched_tokens=2048, max_num_seqs=2048,
+    (dict(block_size=16, num_blocks=1200, max_num_batched_tokens=2048, max_num_seqs=2048,
           enable_prefix_caching=False), [[0, f"s{i}", [i], 2, 0] for i in range(1100)]),
     # A takes 1,100 tokens a step under the threshold, 1,100 one-token requests fill the rest of the cache; in step
     # 1, A's next 1,100 slots preempt 1,050 of them, one at a time from the tail
-    (dict(block_size=1, num_gpu_blocks=2251, max_num_batched_tokens=2200, max_num_seqs=2048,
+    (dict(block_size=1, num_blocks=2251, max_num_batched_tokens=2200, max_num_seqs=2048,
           long_prefill_token_threshold=1100, enable_prefix_caching=False, reserve_full_prompt=False),
      [[0, "A", [7] * 2200, 2, 0]] + [[0, f"s{i}", [i % 1000], 5, 0] for i in range(1100)]),
 )
@@ -409,7 +409,7 @@ def _v1_random(rng: random.Random) -> list:
     for _ in range(40):
         block_size = rng.choice([1, 4, 16])
         usable = rng.choice([32, 48, 64, 96]) // block_size * block_size
-        config = dict(block_size=block_size, num_gpu_blocks=usable // block_size + 1,
+        config = dict(block_size=block_size, num_blocks=usable // block_size + 1,
                       max_num_batched_tokens=rng.choice([4, 8, 16, 48]), max_num_seqs=rng.choice([2, 4, 8]),
                       long_prefill_token_threshold=rng.choice([0, 0, 4, 10]),
                       enable_prefix_caching=rng.random() < 0.75, policy=rng.choice(["fcfs", "priority"]),

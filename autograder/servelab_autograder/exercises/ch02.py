@@ -130,7 +130,8 @@ def _set_bm(bm: BlockManager, st: dict) -> None:
 
 
 def new_bm(st: dict, num_blocks: int | None = None, cls=BlockManager) -> BlockManager:
-    bm = cls(num_blocks or len(st["blocks"]), st["block_size"], st["caching"])
+    bm = cls(num_blocks=num_blocks or len(st["blocks"]), block_size=st["block_size"],
+             enable_prefix_caching=st["caching"])
     _set_bm(bm, st)
     return bm
 

@@ -194,36 +194,36 @@ def _tokens_from(first: int, n: int) -> list[int]:
 # The chapter's V1 cases, (config, workload): the visible test's and the first of the grader's fixed ones.
 V1_CASES = {
     # three prompts of 6, 5 and 3 tokens, 4 new tokens each, 8 tokens a step: the walkthrough's A, B, C
-    "abc": (dict(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=8, max_num_seqs=8),
+    "abc": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=8, max_num_seqs=8),
             [[0, "A", _tokens_from(100, 6), 4, 0], [0, "B", _tokens_from(200, 5), 4, 0],
              [0, "C", _tokens_from(300, 3), 4, 0]]),
     # two identical 40-token prompts in one step: B hits the two full blocks A is computing in that very step
-    "twins": (dict(block_size=16, num_gpu_blocks=16, max_num_batched_tokens=256, max_num_seqs=8),
+    "twins": (dict(block_size=16, num_blocks=16, max_num_batched_tokens=256, max_num_seqs=8),
               [[0, "A", _tokens_from(100, 40), 2, 0], [0, "B", _tokens_from(100, 40), 2, 0]]),
     # a lone request ignores the threshold: 53 tokens, then 23
-    "lone": (dict(block_size=16, num_gpu_blocks=16, max_num_batched_tokens=53, max_num_seqs=8,
+    "lone": (dict(block_size=16, num_blocks=16, max_num_batched_tokens=53, max_num_seqs=8,
                   long_prefill_token_threshold=32), [[0, "A", _tokens_from(100, 76), 2, 0]]),
     # two long prompts under a threshold of 16 share a 48-token budget; a short one arriving later gets in
-    "threshold": (dict(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=48, max_num_seqs=8,
+    "threshold": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=48, max_num_seqs=8,
                        long_prefill_token_threshold=16),
                   [[0, "A", _tokens_from(100, 60), 2, 0], [0, "B", _tokens_from(200, 40), 2, 0],
                    [1, "C", _tokens_from(300, 6), 3, 0]]),
     # six usable blocks of 4 for three growing requests: the tail of running is preempted, nobody is admitted then
-    "preempt": (dict(block_size=4, num_gpu_blocks=7, max_num_batched_tokens=64, max_num_seqs=8,
+    "preempt": (dict(block_size=4, num_blocks=7, max_num_batched_tokens=64, max_num_seqs=8,
                      enable_prefix_caching=False),
                 [[0, "A", _tokens_from(100, 7), 8, 0], [0, "B", _tokens_from(200, 7), 8, 0],
                  [1, "C", _tokens_from(300, 4), 4, 0]]),
     # the same under "priority": the victim is the largest priority value (B is 2), wherever it runs
-    "priority": (dict(block_size=4, num_gpu_blocks=7, max_num_batched_tokens=64, max_num_seqs=8, policy="priority",
+    "priority": (dict(block_size=4, num_blocks=7, max_num_batched_tokens=64, max_num_seqs=8, policy="priority",
                       enable_prefix_caching=False),
                  [[0, "A", _tokens_from(100, 7), 8, 0], [0, "B", _tokens_from(200, 7), 8, 2],
                   [1, "C", _tokens_from(300, 4), 4, 1]]),
     # at most two running: the third waits although the budget has room
-    "max_num_seqs": (dict(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=64, max_num_seqs=2),
+    "max_num_seqs": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=64, max_num_seqs=2),
                      [[0, "A", _tokens_from(100, 5), 3, 0], [0, "B", _tokens_from(200, 5), 2, 0],
                       [0, "C", _tokens_from(300, 5), 2, 0]]),
     # B's first chunk would fit, its whole prompt does not: it waits for A's blocks
-    "gate": (dict(block_size=4, num_gpu_blocks=9, max_num_batched_tokens=8, max_num_seqs=8,
+    "gate": (dict(block_size=4, num_blocks=9, max_num_batched_tokens=8, max_num_seqs=8,
                   enable_prefix_caching=False),
              [[0, "A", _tokens_from(100, 12), 6, 0], [1, "B", _tokens_from(200, 28), 2, 0]]),
 }

@@ -678,7 +678,7 @@ def serve(cls, n_requests: int, prompt_len: int, cache_tokens: int) -> dict:
 
     workload = prefix_compare.shared_system_prompt(n_requests, prompt_len, max_tokens=2)
     scheduler = type("Scheduler", (RadixScheduler,), {"cache_class": counted(guarded(cls))})
-    sch = scheduler(pool_size=cache_tokens, max_prefill_tokens=prefix_compare._budget(workload, None))
+    sch = scheduler(kv_capacity_tokens=cache_tokens, max_num_batched_tokens=prefix_compare._budget(workload, None))
     engine = RadixEngine(sch, check=False)
     step = engine.step
 

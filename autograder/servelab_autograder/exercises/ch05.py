@@ -83,7 +83,7 @@ def drive_evict(fn, where: str, state: dict, num_tokens: int) -> dict:
 # the scheduler's state as plain data, for cache_finished_req
 
 
-CONFIG = ("pool_size", "max_prefill_tokens", "max_running_requests", "page_size", "policy", "eos")
+CONFIG = ("kv_capacity_tokens", "max_num_batched_tokens", "max_num_seqs", "page_size", "policy", "eos")
 
 
 def req_state(tree, req) -> dict:
@@ -165,12 +165,12 @@ def drive_cache_finished_req(fn, where: str, state: dict, replay: dict) -> dict:
 # workloads of requests, and the whole scheduler through them
 
 
-def sched_workload(label: str, pool_size: int, budget: int, max_running: int, arrivals, page_size: int = 1,
+def sched_workload(label: str, kv_capacity_tokens: int, budget: int, max_running: int, arrivals, page_size: int = 1,
                    policy: str = "fcfs") -> dict:
     """``arrivals``: [(step, [(name, prompt, max_new_tokens), ...]), ...]; a request is added just before that
     step (an idle scheduler takes the next ones at once, as RadixEngine.run does)."""
-    return {"label": label, "config": {"pool_size": pool_size, "max_prefill_tokens": budget,
-                                       "max_running_requests": max_running, "page_size": page_size, "policy": policy,
+    return {"label": label, "config": {"kv_capacity_tokens": kv_capacity_tokens, "max_num_batched_tokens": budget,
+                                       "max_num_seqs": max_running, "page_size": page_size, "policy": policy,
                                        "eos": -1},
             "arrivals": [[step, [[n, list(p), m] for n, p, m in reqs]] for step, reqs in arrivals]}
 
@@ -526,8 +526,9 @@ def _step_difference(mine: list, want: list) -> str:
 
 def _describe(work: dict) -> str:
     c = work["config"]
-    head = (f"RadixScheduler(pool_size={c['pool_size']}, max_prefill_tokens={c['max_prefill_tokens']}, "
-            f"max_running_requests={c['max_running_requests']}, page_size={c['page_size']}, policy={c['policy']!r})")
+    head = (f"RadixScheduler(kv_capacity_tokens={c['kv_capacity_tokens']}, "
+            f"max_num_batched_tokens={c['max_num_batched_tokens']}, max_num_seqs={c['max_num_seqs']}, "
+            f"page_size={c['page_size']}, policy={c['policy']!r})")
     reqs = [f"    {n}: prompt {_show(p, 14)} ({len(p)} tokens), max_new_tokens={m}, added before step {step}"
             for step, group in work["arrivals"] for n, p, m in group]
     return head + "\n  requests:\n" + "\n".join(reqs)

@@ -323,7 +323,7 @@ def _attention_call(args) -> str:
 # the chapter's workloads: what the reference engine schedules
 
 
-ENGINE = dict(block_size=4, num_kvcache_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
+ENGINE = dict(block_size=4, num_blocks=18, max_num_batched_tokens=12, max_num_seqs=4)
 HEADS = (4, 2, 8)     # the attention cases' query heads, KV heads and head_dim
 
 

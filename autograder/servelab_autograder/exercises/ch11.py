@@ -61,7 +61,7 @@ def seq_state(seq: Sequence) -> dict:
 
 
 def new_bm(st: dict) -> LookaheadBlockManager:
-    bm = LookaheadBlockManager(len(st["refs"]), st["block_size"], enable_prefix_caching=False)
+    bm = LookaheadBlockManager(num_blocks=len(st["refs"]), block_size=st["block_size"], enable_prefix_caching=False)
     for b, ref in zip(bm.blocks, st["refs"]):
         b.ref_count = ref
     bm.free_block_ids.clear()
@@ -83,7 +83,7 @@ def state(bm_blocks: int, block_size: int, seq_len: int, cached: int, held: int,
           taken_by_others: int = 0) -> tuple[dict, dict]:
     """A block manager of `bm_blocks` blocks (the first `taken_by_others` used by other sequences) and one
     sequence of `seq_len` tokens, `cached` of them with KV, holding the next `held` blocks, carrying `drafts`."""
-    bm = LookaheadBlockManager(bm_blocks, block_size, enable_prefix_caching=False)
+    bm = LookaheadBlockManager(num_blocks=bm_blocks, block_size=block_size, enable_prefix_caching=False)
     for _ in range(taken_by_others):
         bm._allocate_block()
     seq = Sequence(list(range(1, seq_len + 1)), name="S", block_size=block_size)

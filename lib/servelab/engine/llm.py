@@ -1,7 +1,7 @@
 """The engine: nano-vllm's Scheduler and BlockManager (servelab.schedulers.scheduler), or the scheduler over SGLang's
 radix cache (servelab.schedulers.radix_scheduler, `cache="radix"`), serving servelab.engine.model.
 
-    llm = LLM(Model.random(ModelConfig.tiny(), seed=0), block_size=4, num_kvcache_blocks=64,
+    llm = LLM(Model.random(ModelConfig.tiny(), seed=0), block_size=4, num_blocks=64,
               max_num_batched_tokens=32, max_num_seqs=8)
     outs = llm.generate([[1, 2, 3], [1, 2, 9, 9]], SamplingParams(temperature=0, max_tokens=8))
     outs[0]["token_ids"]                     # the same as generating [1, 2, 3] alone
@@ -34,21 +34,8 @@ from servelab.engine.model import Model, causal_attention, load_checkpoint
 from servelab.schedulers import scheduler as sched
 from servelab.schedulers.async_scheduler import AsyncScheduler
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req
+from servelab.schedulers.scheduler import SamplingParams
 from servelab.schedulers.spec_decode import SpecScheduler, ngram_propose
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0     # 0: greedy
-    max_tokens: int = 64
-    ignore_eos: bool = False
-    seed: int = 0                # the request's own generator, when temperature > 0
-
-    def __post_init__(self):
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
 
 
 @dataclass
@@ -233,7 +220,7 @@ class ModelRunner:
 class LLM:
     """nano-vllm's shape: `generate(prompts, sampling_params)`, or `add_request` / `step` for a driver."""
 
-    def __init__(self, model: Model | str | Path, block_size: int = 16, num_kvcache_blocks: int = 256,
+    def __init__(self, model: Model | str | Path, *, block_size: int = 16, num_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
                  cache: str = "blocks", attention: str = "torch", tokenizer: str | Path | None = None,
                  async_scheduling: bool = False, num_speculative_tokens: int = 0):
@@ -258,20 +245,20 @@ class LLM:
         self.cache = cache
         self.async_scheduling, self.in_flight = async_scheduling, None
         self.num_speculative_tokens = num_speculative_tokens
+        # the knobs every scheduler family takes, by the same names (docs/VOCABULARY.md)
+        knobs = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, eos=eos,
+                     enable_prefix_caching=enable_prefix_caching)
         if num_speculative_tokens:
-            self.scheduler = SpecScheduler(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
-                                           eos=eos, enable_prefix_caching=enable_prefix_caching,
+            self.scheduler = SpecScheduler(num_blocks=num_blocks, block_size=block_size, **knobs,
                                            num_speculative_tokens=num_speculative_tokens)
-            self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
+            self.runner = ModelRunner(self.model, block_size, num_blocks, attention)
         elif cache == "blocks":
             kind = AsyncScheduler if async_scheduling else sched.Scheduler
-            self.scheduler = kind(num_kvcache_blocks, block_size, max_num_batched_tokens, max_num_seqs,
-                                  eos=eos, enable_prefix_caching=enable_prefix_caching)
-            self.runner = ModelRunner(self.model, block_size, num_kvcache_blocks, attention)
+            self.scheduler = kind(num_blocks=num_blocks, block_size=block_size, **knobs)
+            self.runner = ModelRunner(self.model, block_size, num_blocks, attention)
         else:   # the same memory as token slots; a request's kv_indices is its block table of one-token pages
-            slots = num_kvcache_blocks * block_size
-            self.scheduler = RadixScheduler(slots, max_num_batched_tokens, max_num_seqs, eos=eos,
-                                            disable_radix_cache=not enable_prefix_caching)
+            slots = num_blocks * block_size
+            self.scheduler = RadixScheduler(kv_capacity_tokens=slots, **knobs)
             self.runner = ModelRunner(self.model, 1, slots, attention)
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int, int]] = []   # ("prefill" | "decode", tokens computed, sequences) per step
@@ -292,8 +279,7 @@ class LLM:
         if self.cache == "radix":
             seq = Req([int(t) for t in prompt], p.max_tokens, ignore_eos=p.ignore_eos)
         else:
-            seq = sched.Sequence([int(t) for t in prompt], sched.SamplingParams(max_tokens=p.max_tokens,
-                                                                                 ignore_eos=p.ignore_eos))
+            seq = sched.Sequence([int(t) for t in prompt], p)
         self.scheduler.add(seq)   # refuses a request that could never fit in the KV cache
         self.params[seq.seq_id] = p
         return seq

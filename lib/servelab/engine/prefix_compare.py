@@ -243,11 +243,12 @@ def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, 
     return _stats(f"block hash ({block_size})", cache_tokens, engine.trace, lengths)
 
 
-def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_running_requests: int = 8,
-              max_prefill_tokens: int | None = None, policy: str = "fcfs") -> CacheRun:
+def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_num_seqs: int = 8,
+              max_num_batched_tokens: int | None = None, policy: str = "fcfs") -> CacheRun:
     """Serve the workload with the RadixScheduler on a pool of cache_tokens slots."""
-    sch = RadixScheduler(pool_size=cache_tokens, max_prefill_tokens=_budget(workload, max_prefill_tokens),
-                         max_running_requests=max_running_requests, page_size=page_size, policy=policy)
+    budget = _budget(workload, max_num_batched_tokens)
+    sch = RadixScheduler(kv_capacity_tokens=cache_tokens, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
+                         page_size=page_size, policy=policy)
     engine = RadixEngine(sch, check=False)
     _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
     lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
@@ -257,8 +258,8 @@ def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_run
 def compare(workload: Workload, cache_tokens: int, block_sizes: Sequence[int] = (16, 256),
             page_sizes: Sequence[int] = (1,), concurrency: int = 8) -> list[CacheRun]:
     """The radix cache at each page size, then the block-hash cache at each block size, same cache size.
-    `concurrency` is the radix scheduler's max_running_requests and nano-vllm's max_num_seqs."""
-    runs = [run_radix(workload, cache_tokens, page_size=p, max_running_requests=concurrency) for p in page_sizes]
+    `concurrency` is max_num_seqs in both schedulers."""
+    runs = [run_radix(workload, cache_tokens, page_size=p, max_num_seqs=concurrency) for p in page_sizes]
     runs += [run_block_hash(workload, cache_tokens, block_size=b, max_num_seqs=concurrency) for b in block_sizes]
     return runs
 
@@ -272,7 +273,7 @@ def sweep_cache_sizes(workload: Workload, sizes: Iterable[int], block_size: int 
     for size in sorted(set(sizes)):
         if size < floor:
             continue
-        for run in (run_radix(workload, size, page_size=page_size, max_running_requests=concurrency),
+        for run in (run_radix(workload, size, page_size=page_size, max_num_seqs=concurrency),
                     run_block_hash(workload, size, block_size=block_size, max_num_seqs=concurrency)):
             out.setdefault(run.label, []).append(run)
     return out

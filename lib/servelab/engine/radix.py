@@ -1,7 +1,7 @@
 """Driving the radix scheduler with a fake model: `RadixEngine`, its step record and table, and a workload on
 which longest-prefix-first starves a request.
 
-    >>> sch = RadixScheduler(pool_size=64, max_prefill_tokens=64)
+    >>> sch = RadixScheduler(kv_capacity_tokens=64, max_num_batched_tokens=64)
     >>> system = list(range(100, 120))
     >>> a, b = Req(system + [1, 2], 2, name="A"), Req(system + [7], 2, name="B")
     >>> trace = RadixEngine(sch).run([a], arrivals={1: [b]})
@@ -148,7 +148,7 @@ class _Table:
 def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> _Table:
     """One row per schedule() call: the batch, the hits, the pool's free slots and the tree's sizes.
 
-    >>> sch = RadixScheduler(pool_size=32, max_prefill_tokens=32)
+    >>> sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=32)
     >>> t = RadixEngine(sch).run([Req([1, 2, 3], 1, name="A")], arrivals={1: [Req([1, 2, 9], 1, name="B")]})
     >>> print(radix_table(t, ("step", "kind", "scheduled (name:tokens)", "cached", "free slots", "evictable")))
     step | kind | scheduled (name:tokens) | cached | free slots | evictable
@@ -175,7 +175,7 @@ def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE
 
 
 def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[list[RadixStepRecord], int]:
-    """One request at a time (max_running_requests=1). Hot requests H0..H{n_hot} share a `system_len`-token
+    """One request at a time (max_num_seqs=1). Hot requests H0..H{n_hot} share a `system_len`-token
     system prompt; H0 arrives at step 0 and H1, H2, ... every 2 steps from step 2. L, which shares nothing,
     arrives at step 1. Each request runs 3 steps (a prefill and 2 decodes), so hot requests arrive faster than
     they are served. Returns (trace, the step at which L is admitted).
@@ -186,7 +186,7 @@ def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[l
     >>> lpm_starvation("fcfs", n_hot=4)[1], lpm_starvation("lpm", n_hot=4)[1]
     (3, 15)
     """
-    sch = RadixScheduler(pool_size=512, max_prefill_tokens=512, max_running_requests=1, policy=policy)
+    sch = RadixScheduler(kv_capacity_tokens=512, max_num_batched_tokens=512, max_num_seqs=1, policy=policy)
     system = list(range(2000, 2000 + system_len))
     hot = lambda i: Req(system + [3000 + i] * 4, 3, name=f"H{i}")
     arrivals = {0: [hot(0)], 1: [Req([4000 + j for j in range(24)], 3, name="L")]}

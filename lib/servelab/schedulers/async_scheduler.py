@@ -88,8 +88,10 @@ class AsyncScheduler(Scheduler):
     between two calls, as in vLLM V1's asynchronous scheduling.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int = 8,
+                 eos: int = -1, enable_prefix_caching: bool = True):
+        super().__init__(num_blocks=num_blocks, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, eos=eos, enable_prefix_caching=enable_prefix_caching)
         self.wasted_slots = 0      # tokens computed for a sequence that had already stopped
         self.wasted_blocks = 0     # blocks taken for such a token
         self.num_steps = 0

@@ -21,7 +21,7 @@ every scheduling pass matches every waiting request and sorts the queue by match
 SGLang's `calc_priority` does). Both stop at the first request that does not fit (no skipping ahead).
 
 Deliberate simplifications:
-- no chunked prefill: the first request of a step may exceed `max_prefill_tokens`, later ones must fit in what
+- no chunked prefill: the first request of a step may exceed `max_num_batched_tokens`, later ones must fit in what
   is left; every prefill is one step;
 - LPM sorts however long the queue is (SGLang falls back to FCFS order when more than 128 requests wait);
 - by default no reservation for future decode tokens (`RadixScheduler(new_token_ratio=0.7)` turns SGLang's on,
@@ -222,10 +222,11 @@ class Req:
 class RadixScheduler:
     """Prefill first, through the radix cache; decode otherwise, evicting and then retracting under pressure.
 
-    pool_size: KV slots in the pool (tokens). Every slot is free, in the tree, or a running request's own.
-    max_prefill_tokens: tokens computed by one prefill step (the first request of a step may exceed it).
-    max_running_requests: requests admitted and not finished, at most.
-    page_size, eviction_policy, disable_radix_cache: passed to the RadixCache.
+    kv_capacity_tokens: KV slots in the pool (tokens). Every slot is free, in the tree, or a running request's own.
+    max_num_batched_tokens: tokens computed by one prefill step (the first request of a step may exceed it).
+    max_num_seqs: requests admitted and not finished, at most.
+    page_size, eviction_policy: passed to the RadixCache; enable_prefix_caching=False disables the tree (SGLang's
+    `--disable-radix-cache`).
     policy: "fcfs" or "lpm" (longest prefix match first).
     eos: the token that finishes a request that does not ignore eos.
     new_token_ratio: None (the default): admission counts available + evictable slots as room. A number in
@@ -238,28 +239,29 @@ class RadixScheduler:
 
     cache_class = RadixCache
 
-    def __init__(self, pool_size: int, max_prefill_tokens: int, max_running_requests: int = 8,
+    def __init__(self, *, kv_capacity_tokens: int, max_num_batched_tokens: int, max_num_seqs: int = 8,
                  page_size: int = 1, policy: str = "fcfs", eviction_policy: str = "lru",
-                 disable_radix_cache: bool = False, eos: int = -1, new_token_ratio: float | None = None):
-        if isinstance(max_prefill_tokens, bool) or not isinstance(max_prefill_tokens, int) or max_prefill_tokens < 1:
-            raise ValueError(f"max_prefill_tokens must be an int >= 1, got {max_prefill_tokens!r}")
-        if isinstance(max_running_requests, bool) or not isinstance(max_running_requests, int) \
-                or max_running_requests < 1:
-            raise ValueError(f"max_running_requests must be an int >= 1, got {max_running_requests!r}")
+                 enable_prefix_caching: bool = True, eos: int = -1, new_token_ratio: float | None = None):
+        if isinstance(max_num_batched_tokens, bool) or not isinstance(max_num_batched_tokens, int) \
+                or max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be an int >= 1, got {max_num_batched_tokens!r}")
+        if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) \
+                or max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be an int >= 1, got {max_num_seqs!r}")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
         if new_token_ratio is not None and (isinstance(new_token_ratio, bool)
                                             or not isinstance(new_token_ratio, int | float)
                                             or not 0 < new_token_ratio <= 1):
             raise ValueError(f"new_token_ratio must be None or a number in (0, 1], got {new_token_ratio!r}")
-        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(pool_size)
-        self.tree_cache = self.cache_class(page_size=page_size, disable=disable_radix_cache,
+        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(kv_capacity_tokens)
+        self.tree_cache = self.cache_class(page_size=page_size, disable=not enable_prefix_caching,
                                           eviction_policy=eviction_policy,
                                           token_to_kv_pool_allocator=self.token_to_kv_pool_allocator)
-        self.pool_size = pool_size
+        self.kv_capacity_tokens = kv_capacity_tokens
         self.page_size = page_size
-        self.max_prefill_tokens = max_prefill_tokens
-        self.max_running_requests = max_running_requests
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
         self.policy = policy
         self.eos = eos
         self.waiting: deque[Req] = deque()
@@ -274,9 +276,9 @@ class RadixScheduler:
 
     def add(self, req: Req) -> None:
         most = len(req) + req.max_new_tokens - 1 - len(req.output_ids)
-        if most > self.pool_size:
+        if most > self.kv_capacity_tokens:
             raise ValueError(f"{req.name} can grow to {most} tokens with KV but the pool has only "
-                             f"{self.pool_size} slots: it could never finish")
+                             f"{self.kv_capacity_tokens} slots: it could never finish")
         if self.init_new_token_ratio is not None and self.is_finished():
             self.new_token_ratio = self.init_new_token_ratio      # SGLang resets the ratio when idle
         self.waiting.append(req)
@@ -307,12 +309,12 @@ class RadixScheduler:
         picked: list[Req] = []
         num_batched = 0
         reserved = self.reserved_tokens()                     # 0 without the reservation
-        while self.waiting and len(self.running) + len(picked) < self.max_running_requests:
+        while self.waiting and len(self.running) + len(picked) < self.max_num_seqs:
             req = self.waiting[0]
             tokens = req.token_ids
             prefix, node = tree.match_prefix(tokens[:-1])     # match on admission; never the last token
             extend = len(tokens) - len(prefix)
-            if picked and extend > self.max_prefill_tokens - num_batched:
+            if picked and extend > self.max_num_batched_tokens - num_batched:
                 break                                         # only the first may exceed the token budget
             tree.inc_lock_ref(node)                           # its own prefix is not room for itself
             room = pool.available_size() + tree.evictable_size()
@@ -465,8 +467,8 @@ class RadixScheduler:
                 if s in seen:
                     raise RuntimeError(f"slot {s} is both {seen[s]} and {where}")
                 seen[s] = where
-        if len(seen) != self.pool_size:
-            lost = sorted(set(range(self.pool_size)) - set(seen))
+        if len(seen) != self.kv_capacity_tokens:
+            lost = sorted(set(range(self.kv_capacity_tokens)) - set(seen))
             raise RuntimeError(f"{len(lost)} slots leaked (neither free, in the tree nor held): {lost[:10]}")
         for r in self.running:
             if r.last_node is not None and tree.path_device_indices(r.last_node) != r.prefix_indices:

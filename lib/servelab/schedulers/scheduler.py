@@ -42,17 +42,20 @@ class SequenceStatus(Enum):
 Status = SequenceStatus  # a short alias
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 1.0
+    """How a request samples, for every family and the engine (nano-vllm refuses temperature 0; servelab's
+    engine samples greedily there, as vLLM and SGLang do; the fake-model drivers ignore temperature)."""
+    temperature: float = 1.0     # 0: greedy
     max_tokens: int = 64
     ignore_eos: bool = False
+    seed: int = 0                # the request's own generator in the engine, when temperature > 0
 
     def __post_init__(self):
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature <= 1e-10:
-            raise ValueError(f"temperature must be > 1e-10 (no greedy decoding), got {self.temperature}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
 
 
 class Sequence:
@@ -177,7 +180,7 @@ class BlockManager:
     oldest freed first).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, *, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         if block_size < 1:
@@ -349,13 +352,14 @@ class BlockManager:
 class Scheduler:
     """Chooses each step's sequences: prefill first, else decode, preempting the tail under pressure."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int,
+    def __init__(self, *, num_blocks: int, block_size: int, max_num_batched_tokens: int,
                  max_num_seqs: int = 8, eos: int = -1, enable_prefix_caching: bool = True):
         if max_num_batched_tokens < 1:
             raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
+        self.block_manager = BlockManager(num_blocks=num_blocks, block_size=block_size,
+                                          enable_prefix_caching=enable_prefix_caching)
         self.block_size = block_size
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs

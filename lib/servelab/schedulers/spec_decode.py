@@ -111,13 +111,16 @@ class SpecScheduler(Scheduler):
     step the one sampled token, as a list of one.
     """
 
-    def __init__(self, *args, num_speculative_tokens: int = 3, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int = 8,
+                 eos: int = -1, enable_prefix_caching: bool = True, num_speculative_tokens: int = 3):
+        super().__init__(num_blocks=num_blocks, block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, eos=eos, enable_prefix_caching=enable_prefix_caching)
         if isinstance(num_speculative_tokens, bool) or not isinstance(num_speculative_tokens, int) \
                 or num_speculative_tokens < 0:
             raise ValueError(f"num_speculative_tokens must be an int >= 0, got {num_speculative_tokens!r}")
         bm = self.block_manager
-        self.block_manager = LookaheadBlockManager(len(bm.blocks), bm.block_size, bm.enable_prefix_caching)
+        self.block_manager = LookaheadBlockManager(num_blocks=len(bm.blocks), block_size=bm.block_size,
+                                                   enable_prefix_caching=bm.enable_prefix_caching)
         self.num_speculative_tokens = num_speculative_tokens
         self.num_draft_tokens = 0       # drafts scheduled (and so computed)
         self.num_accepted_tokens = 0    # drafts the target agreed with

@@ -28,7 +28,7 @@ One step (`scheduler.py`, `Scheduler.schedule`):
 
 KV blocks (`vllm/v1/core/kv_cache_manager.py`, `KVCacheManager`; `vllm/v1/core/single_type_kv_cache_manager.py`,
 `SingleTypeKVCacheManager` and `FullAttentionManager`; `vllm/v1/core/block_pool.py`, `BlockPool`):
-- Block 0 is the null block, taken out of the free queue at start-up, so num_gpu_blocks - 1 blocks are usable
+- Block 0 is the null block, taken out of the free queue at start-up, so num_blocks - 1 blocks are usable
   (`BlockPool.__init__`, line 191).
 - In each step a request gets blocks for its computed tokens plus this step's tokens, and no more
   (`KVCacheManager.allocate_slots`, lines 551-610).
@@ -112,7 +112,7 @@ partial-block hits (hash_block_size < block_size), and the max_model_len caps in
 max_model_len tokens. `max_model_len=None` means no length limit. A request's `arrival_time` defaults to a
 process-wide counter rather than time.time(), which keeps traces deterministic.
 
-    >>> sch = Scheduler(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=256, max_num_seqs=4)
+    >>> sch = Scheduler(block_size=16, num_blocks=11, max_num_batched_tokens=256, max_num_seqs=4)
     >>> prompt = list(range(40))
     >>> sch.add_request(Request("A", prompt, max_tokens=2)); sch.add_request(Request("B", prompt, max_tokens=2))
     >>> out = sch.schedule()
@@ -248,11 +248,11 @@ class KVCacheBlock:
 class BlockPool:
     """Every KV block, the free queue (eviction order, cached-but-free blocks included) and the hash -> block map."""
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool = True):
+    def __init__(self, *, num_blocks: int, enable_caching: bool = True):
         self.enable_caching = enable_caching
-        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         # An ordered dict of block ids is the free queue: front = next to hand out, O(1) removal from the middle.
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached_block_hash_to_block: dict[str, dict[int, KVCacheBlock]] = {}
         self.null_block = self.blocks[self.free_block_queue.popitem(last=False)[0]]
         self.null_block.is_null = True   # a placeholder never handed out; its ref count is not kept
@@ -319,10 +319,10 @@ class BlockPool:
 class KVCacheManager:
     """One full-attention KV-cache group: prefix lookup, per-step slot allocation and freeing."""
 
-    def __init__(self, block_size: int, num_gpu_blocks: int, enable_caching: bool = True):
+    def __init__(self, *, block_size: int, num_blocks: int, enable_caching: bool = True):
         self.block_size = block_size
         self.enable_caching = enable_caching
-        self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
+        self.block_pool = BlockPool(num_blocks=num_blocks, enable_caching=enable_caching)
         self.num_cached_block: dict[str, int] = {}   # request id -> how many of its blocks are in the cache
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
@@ -453,22 +453,22 @@ class SchedulerOutput:
 class Scheduler:
     """vLLM V1's scheduler for one full-attention KV-cache group; drive it with schedule() / update_from_output()."""
 
-    def __init__(self, block_size: int, num_gpu_blocks: int, max_num_batched_tokens: int, max_num_seqs: int,
+    def __init__(self, *, block_size: int, num_blocks: int, max_num_batched_tokens: int, max_num_seqs: int,
                  long_prefill_token_threshold: int = 0, enable_prefix_caching: bool = True, policy: str = "fcfs",
                  max_model_len: int | None = None, eos: int | None = None, reserve_full_prompt: bool = True):
-        for name, value, least in [("block_size", block_size, 1), ("num_gpu_blocks", num_gpu_blocks, 2),
+        for name, value, least in [("block_size", block_size, 1), ("num_blocks", num_blocks, 2),
                                    ("max_num_batched_tokens", max_num_batched_tokens, 1),
                                    ("max_num_seqs", max_num_seqs, 1),
                                    ("long_prefill_token_threshold", long_prefill_token_threshold, 0)]:
             if value < least:
                 raise ValueError(f"{name} must be >= {least}, got {value}"
-                                 + (" (block 0 is the null block)" if name == "num_gpu_blocks" else ""))
+                                 + (" (block 0 is the null block)" if name == "num_blocks" else ""))
         if policy not in POLICIES:
             raise ValueError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
         if max_model_len is not None and max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         self.block_size = block_size
-        self.num_gpu_blocks = num_gpu_blocks
+        self.num_blocks = num_blocks
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.long_prefill_token_threshold = long_prefill_token_threshold
@@ -477,7 +477,8 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos = eos
         self.reserve_full_prompt = reserve_full_prompt
-        self.kv_cache_manager = KVCacheManager(block_size, num_gpu_blocks, enable_prefix_caching)
+        self.kv_cache_manager = KVCacheManager(block_size=block_size, num_blocks=num_blocks,
+                                               enable_caching=enable_prefix_caching)
         self.requests: dict[str, Request] = {}   # unfinished requests by id
         self.waiting = RequestQueue(policy)
         self.running: list[Request] = []
@@ -503,9 +504,9 @@ class Scheduler:
         if self.max_model_len is not None:
             final_len = min(final_len, self.max_model_len)
         num_blocks = cdiv(final_len - 1, self.block_size)   # the last sampled token never needs KV
-        if num_blocks > self.num_gpu_blocks - 1:
+        if num_blocks > self.num_blocks - 1:
             raise ValueError(f"request {rid!r} can grow to {final_len - 1} tokens with KV ({num_blocks} blocks) "
-                             f"but only {self.num_gpu_blocks - 1} blocks are usable: it could never finish")
+                             f"but only {self.num_blocks - 1} blocks are usable: it could never finish")
         if self.enable_prefix_caching:
             update_block_hashes(request, self.block_size)
         self.requests[rid] = request

@@ -50,7 +50,7 @@ class V1Run:
         self.state = state
         self.block_size = bs
         self.scheduler = vs.Scheduler(
-            block_size=bs, num_gpu_blocks=usable + 1,             # block 0 is the null block
+            block_size=bs, num_blocks=usable + 1,             # block 0 is the null block
             max_num_batched_tokens=policy.max_num_batched_tokens, max_num_seqs=policy.max_num_seqs,
             long_prefill_token_threshold=policy.long_prefill_token_threshold,
             enable_prefix_caching=policy.enable_prefix_caching, policy=policy.policy, max_model_len=None, eos=None,
@@ -123,7 +123,7 @@ class V1Run:
             blocks = np.fromiter((len(r.block_ids) for r in running), dtype=np.int64, count=len(running))
         state.reserved[run_ids] = blocks * self.block_size
         state.kv_free = state.kv_capacity - int(state.reserved[run_ids].sum())
-        assert state.kv_used == (sch.num_gpu_blocks - 1 - sch.num_free_blocks()) * self.block_size
+        assert state.kv_used == (sch.num_blocks - 1 - sch.num_free_blocks()) * self.block_size
 
         # the fake model samples as the step is scheduled: the loop emits a token for exactly these requests
         # (checked at the next call), and the inner scheduler is up to date even after the last step
