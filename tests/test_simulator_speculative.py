@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
-from servelab.schedulers.spec_decode import DRAFT_1B, crossover_batch, expected_tokens_per_step, speculative_speedup
+from servelab.analytic.speculation import DRAFT_1B, crossover_batch, expected_tokens_per_step, speculative_speedup
 from servelab.simulator import V1, MixedBudget, Requests, Traced, fixed_lengths, simulate
 from servelab.simulator.speculative import SpecRun, Speculation
 from servelab.simulator.speedup import simulated_speedup

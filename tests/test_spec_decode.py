@@ -184,7 +184,7 @@ def test_malformed_verification_and_parameters_are_refused():
 # ---- the closed forms -----------------------------------------------------------------------------------------
 
 def test_expected_tokens_per_step_is_the_geometric_sum_and_what_a_run_appends():
-    from servelab.schedulers.spec_decode import expected_tokens_per_step
+    from servelab.analytic.speculation import expected_tokens_per_step
 
     for alpha in (0.0, 0.3, 0.7, 0.95, 1.0):
         for k in (0, 1, 4):
@@ -204,7 +204,7 @@ def test_expected_tokens_per_step_is_the_geometric_sum_and_what_a_run_appends():
 
 def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_batch():
     from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA3_8B
-    from servelab.schedulers.spec_decode import crossover_batch, expected_tokens_per_step, speculative_speedup
+    from servelab.analytic.speculation import crossover_batch, expected_tokens_per_step, speculative_speedup
 
     # batch 1 is memory-bound with or without drafts: the step costs the same, so the speedup is E tokens
     assert speculative_speedup(LLAMA3_8B, H100_SXM, 1, 512, 4, 0.7) == pytest.approx(
@@ -226,7 +226,7 @@ def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_bat
 
 def test_bad_parameters_of_the_closed_forms_are_refused():
     from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
-    from servelab.schedulers.spec_decode import expected_tokens_per_step, speculative_speedup
+    from servelab.analytic.speculation import expected_tokens_per_step, speculative_speedup
 
     with pytest.raises(ValueError, match="alpha"):
         expected_tokens_per_step(1.5, 3)
@@ -241,9 +241,11 @@ def test_bad_parameters_of_the_closed_forms_are_refused():
 def test_the_module_examples_hold():
     import doctest
 
+    from servelab.analytic import speculation
     from servelab.schedulers import spec_decode
 
-    assert doctest.testmod(spec_decode).failed == 0
+    ran = [doctest.testmod(spec_decode), doctest.testmod(speculation)]
+    assert all(r.failed == 0 for r in ran) and ran[0].attempted >= 10 and ran[1].attempted >= 7
 
 
 def test_fit_drafts_gives_every_decode_its_token_first_then_drafts_in_running_order():

@@ -15,7 +15,8 @@ OLD_PATHS: dict[str, str | tuple[str, ...]] = {  # old path -> where its names a
     **{f"servelab.{m}": f"servelab.analytic.{m}" for m in (
         "batching", "capacity", "costmodel", "fairness", "kv_tiers", "queueing", "serving", "workloads")},
     **{f"servelab.{m}": f"servelab.schedulers.{m}" for m in (
-        "async_scheduler", "radix_cache", "scheduler", "spec_decode", "vllm_scheduler")},
+        "async_scheduler", "radix_cache", "scheduler", "vllm_scheduler")},
+    "servelab.spec_decode": ("servelab.schedulers.spec_decode", "servelab.analytic.speculation"),
     "servelab.radix_scheduler": ("servelab.schedulers.radix_scheduler", "servelab.engine.radix"),
     **{f"servelab.{m}": f"servelab.engine.{m}" for m in ("llm", "model", "prefix_compare", "trace")},
     "servelab.plots_async": "servelab.plots.asynchronous",

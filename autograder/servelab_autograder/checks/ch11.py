@@ -10,7 +10,8 @@ drafts cleared, look-ahead blocks still held) for ``rollback``, as ``SpecSchedul
 
 What the sandbox's library lacks while this chapter grades (``references``), and what stays:
 
-- every function of ``servelab.schedulers.spec_decode`` an exercise is: ``fit_drafts``, ``expected_tokens_per_step``,
+- every function of ``servelab.schedulers.spec_decode`` and ``servelab.analytic.speculation`` an exercise is:
+  ``fit_drafts``, ``expected_tokens_per_step``,
   ``speculative_speedup``, ``crossover_batch``, ``LookaheadBlockManager.may_append`` / ``rollback``; and those that
   would answer one in a call: ``LookaheadBlockManager.blocks_short`` / ``can_append`` (may_append's count),
   ``verify_step_time`` and ``draft_time`` (speculative_speedup's two prices).
@@ -27,8 +28,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from servelab.analytic import speculation
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
-from servelab.schedulers import spec_decode
 from servelab_autograder import known_wrong, release
 from servelab_autograder.exercises import ch11
 from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
@@ -36,7 +37,7 @@ from servelab_autograder.verdicts import Chapter, Drill, Drills, Exercise
 S = ch11.SPECS
 case = ch11.case
 
-DRAFT_1B = spec_decode.DRAFT_1B
+DRAFT_1B = speculation.DRAFT_1B
 H100_DERATED = dataclasses.replace(H100_SXM, name="H100 at 70% of peak FLOPs, 85% of bandwidth",
                                    peak_flops=0.7 * H100_SXM.peak_flops, hbm_bandwidth=0.85 * H100_SXM.hbm_bandwidth)
 MODELS = (LLAMA3_8B, LLAMA2_7B)
@@ -163,7 +164,7 @@ GPU_4X_FLOPS = dataclasses.replace(H200, name="H200 with 4x its FLOPs", peak_flo
 def _cross_edges():
     """Crossovers at the edge of max_batch (the first batch that does not pay is max_batch itself, or one past
     it) and one past 1,024 (a search capped there answers None)."""
-    at = spec_decode.crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7)
+    at = speculation.crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7)
     return [case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.7, max_batch=at),
             case("crossover_batch", LLAMA3_8B, H100_SXM, 256, 4, 0.7, max_batch=at - 1),
             case("crossover_batch", LLAMA3_8B, GPU_4X_FLOPS, 64, 4, 0.9)]
@@ -198,8 +199,8 @@ def d5_taken() -> int:
     return _blocks(n + d, bs) - _blocks(n - 1, bs)
 
 
-_D1 = spec_decode.expected_tokens_per_step(D1_ALPHA, D1_K)
-_D2_FREE = spec_decode.speculative_speedup(LLAMA3_8B, H100_SXM, **D2)
+_D1 = speculation.expected_tokens_per_step(D1_ALPHA, D1_K)
+_D2_FREE = speculation.speculative_speedup(LLAMA3_8B, H100_SXM, **D2)
 
 DRILLS = Drills("test_drills", (
     Drill("drill_1", f"tokens one verification step appends on average, k = {D1_K} drafts each accepted with "
@@ -208,14 +209,14 @@ DRILLS = Drills("test_drills", (
                  (D1_K + 1.0, _pitfall("expected_counts_rejected")))),
     Drill("drill_2", "speedup of Llama-3-8B on one H100 at batch 1 and 1024 tokens of context, k = 4, alpha = 0.7, "
           "drafting with the 1B draft model",
-          lambda: spec_decode.speculative_speedup(LLAMA3_8B, H100_SXM, **D2, draft=DRAFT_1B), rel_tol=0.005,
+          lambda: speculation.speculative_speedup(LLAMA3_8B, H100_SXM, **D2, draft=DRAFT_1B), rel_tol=0.005,
           hints=((_D2_FREE, _pitfall("speedup_free_draft")),)),
     Drill("drill_3", f"speedup of speculation (k = {D3_K}, alpha = {D3_ALPHA}, prompt lookup) for a decode batch of "
           f"{D3_BATCH} at {D3_CONTEXT} tokens of context, Llama-3-8B on one H100",
-          lambda: spec_decode.speculative_speedup(LLAMA3_8B, H100_SXM, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
+          lambda: speculation.speculative_speedup(LLAMA3_8B, H100_SXM, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
           rel_tol=0.005,
-          hints=((spec_decode.expected_tokens_per_step(D3_ALPHA, D3_K), _pitfall("speedup_one_token_verify")),
-                 (spec_decode.speculative_speedup(LLAMA3_8B, H200, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
+          hints=((speculation.expected_tokens_per_step(D3_ALPHA, D3_K), _pitfall("speedup_one_token_verify")),
+                 (speculation.speculative_speedup(LLAMA3_8B, H200, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
                   "That is the H200's speedup: this drill is about an H100 (3.35 TB/s, not 4.8)."))),
     Drill("drill_4", f"tokens of the step's budget that a verification step of {D4_BATCH} sequences with k = {D4_K} "
           "drafts each takes", lambda: D4_BATCH * (D4_K + 1),
@@ -231,14 +232,16 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch11.ASSIGNMENT,
-    prelude="import dataclasses\nimport math\n\nfrom servelab.analytic import costmodel\n"
+    prelude="import dataclasses\nimport math\n\nfrom servelab.analytic import costmodel, speculation\n"
             "from servelab.schedulers import spec_decode\n"
             "from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, ModelSpec\n"
-            "from servelab.schedulers.spec_decode import DRAFT_1B, LookaheadBlockManager, Sequence\n",
+            "from servelab.analytic.speculation import DRAFT_1B\n"
+            "from servelab.schedulers.spec_decode import LookaheadBlockManager, Sequence\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
-    references=(*(f"servelab.schedulers.spec_decode:{n}" for n in (
-        "fit_drafts", "expected_tokens_per_step", "speculative_speedup", "crossover_batch", "verify_step_time",
-        "draft_time")),
+    references=("servelab.schedulers.spec_decode:fit_drafts",
+                *(f"servelab.analytic.speculation:{n}" for n in (
+                    "expected_tokens_per_step", "speculative_speedup", "crossover_batch", "verify_step_time",
+                    "draft_time")),
         *(f"servelab.schedulers.spec_decode:LookaheadBlockManager.{n}" for n in (
             "may_append", "rollback", "blocks_short", "can_append"))),
     exercises=(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from servelab.analytic import speculation
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab.schedulers import spec_decode
 from servelab.schedulers.spec_decode import LookaheadBlockManager, Sequence
@@ -191,8 +192,8 @@ def _block_note(args, got, want) -> str:
 def _speed_note(args, got, want) -> str:
     model, gpu, batch, ctx, k, alpha, draft = args
     m, g = ModelSpec(**model), GPUSpec(**gpu)
-    plain = spec_decode.verify_step_time(m, g, batch, ctx, 0)
-    verify = spec_decode.verify_step_time(m, g, batch, ctx, k)
+    plain = speculation.verify_step_time(m, g, batch, ctx, 0)
+    verify = speculation.verify_step_time(m, g, batch, ctx, k)
     return (f"\n  the reference's steps: plain decode {plain * 1e3:.4g} ms, verification of {k + 1} tokens a "
             f"sequence {verify * 1e3:.4g} ms" + ("" if draft is None else ", plus the draft model's own steps"))
 
@@ -204,13 +205,13 @@ SPECS = {s.name: s for s in [
          _show_block, driver=f"{__name__}:drive_block_method", note=_block_note, call=_block_call("may_append")),
     Spec("rollback", ("where", "bm", "seq"), LookaheadBlockManager.rollback, _block_norm("rollback"),
          _show_block, driver=f"{__name__}:drive_block_method", note=_block_note, call=_block_call("rollback")),
-    Spec("expected_tokens_per_step", ("alpha", "k"), spec_decode.expected_tokens_per_step, _float,
+    Spec("expected_tokens_per_step", ("alpha", "k"), speculation.expected_tokens_per_step, _float,
          lambda x: f"{x:.10g}", _close),
     Spec("speculative_speedup", ("model", "gpu", "batch", "context_len", "k", "alpha", "draft"),
-         spec_decode.speculative_speedup, _float, lambda x: f"{x:.10g}", _close, show_args=_ARGS,
+         speculation.speculative_speedup, _float, lambda x: f"{x:.10g}", _close, show_args=_ARGS,
          note=_speed_note, driver=f"{__name__}:drive_speedup"),
     Spec("crossover_batch", ("model", "gpu", "context_len", "k", "alpha", "draft", "max_batch"),
-         spec_decode.crossover_batch, _batch_or_none, lambda b: "None" if b is None else f"{b} sequences",
+         speculation.crossover_batch, _batch_or_none, lambda b: "None" if b is None else f"{b} sequences",
          show_args=_ARGS, driver=f"{__name__}:drive_crossover"),
 ]}
 

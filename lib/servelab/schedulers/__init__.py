@@ -1,6 +1,7 @@
 """Schedulers: what runs each step, and the KV blocks it holds.
 
 nano-vllm's ``Sequence`` / ``BlockManager`` / ``Scheduler`` and its asynchronous and speculative variants, SGLang's
-radix cache and the scheduler that works through it, and vLLM V1's token-budget scheduler. A scheduler never
-runs a model: the drivers in :mod:`servelab.engine` do. Imports only :mod:`servelab.analytic`.
+radix cache and the scheduler that works through it, and vLLM V1's token-budget scheduler. The drivers that step
+them with a fake model live in :mod:`servelab.engine` (the nano-vllm and radix ones so far; the V1, asynchronous
+and speculative modules still carry their own small loops). Imports only :mod:`servelab.analytic`.
 """

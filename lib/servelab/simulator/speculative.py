@@ -19,7 +19,7 @@ What a step does, around the policy's own schedule:
 
 The step is priced by the roofline as it stands (a chunk of 1 + d on each context), plus, with a draft model
 (`draft`, a `ModelSpec`), max(d) decode steps of that model over the speculating sequences, each with the
-step overhead (as `spec_decode.draft_time`); `draft=None` is prompt-lookup drafting, free. The draft model's
+step overhead (as `speculation.draft_time`); `draft=None` is prompt-lookup drafting, free. The draft model's
 own KV is not modelled. Block rounding is left out, as everywhere in the simulator (one slot, one token).
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
@@ -87,7 +87,7 @@ class SpecStats:
     @property
     def tokens_per_verify(self) -> float:
         """Tokens emitted per verification (accepted drafts + the bonus), to set against
-        spec_decode.expected_tokens_per_step(alpha, k)."""
+        speculation.expected_tokens_per_step(alpha, k)."""
         return (self.accepted_tokens + self.verify_steps) / self.verify_steps if self.verify_steps else float("nan")
 
     @property

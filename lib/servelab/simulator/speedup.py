@@ -19,7 +19,7 @@ def simulated_speedup(model: ModelSpec, gpu, batch: int, prompt_len: int, output
     """Decode throughput with `speculation` over without, simulated: `batch` requests of `prompt_len` arrive
     together and decode `output_len` tokens each under PrefillFirst (so the prefill steps are the same in both
     runs and left out), counted over the decode steps that still hold the whole batch (with speculation the
-    sequences finish at different steps); set against spec_decode.speculative_speedup at about the mean
+    sequences finish at different steps); set against speculation.speculative_speedup at about the mean
     context of those steps.
 
     >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
