@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from servelab.engine.v1 import fake_next_token
 from servelab.schedulers import vllm_scheduler as vs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,7 +61,7 @@ def sample(scheduler: vs.Scheduler, output: vs.SchedulerOutput) -> dict[str, lis
     """`vllm_scheduler.fake_model`, hashing the last block of tokens instead of the whole sequence (which would take
     most of the run): one token for each request whose scheduled range reaches its last token, [] otherwise."""
     requests = scheduler.requests
-    return {rid: ([vs.fake_next_token(requests[rid].all_token_ids[-BLOCK_SIZE:])]
+    return {rid: ([fake_next_token(requests[rid].all_token_ids[-BLOCK_SIZE:])]
                   if output.samples(rid, requests[rid].num_tokens) else []) for rid in output.num_scheduled_tokens}
 
 

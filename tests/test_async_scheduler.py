@@ -11,8 +11,9 @@ import random
 
 import pytest
 
+from servelab.engine.asynchronous import fake_model, run_async
 from servelab.engine.driver import Engine
-from servelab.schedulers.async_scheduler import AsyncScheduler, Step, fake_model, run_async
+from servelab.schedulers.async_scheduler import AsyncScheduler, Step
 from servelab.schedulers.scheduler import SamplingParams, Scheduler, Sequence
 
 VOCAB, EOS = 8, 3   # a small vocabulary, so that end-of-sequence comes up often
@@ -179,13 +180,16 @@ def test_overlap_speedup_is_the_sum_over_the_longer_of_cpu_and_gpu_time():
 def test_the_module_examples_hold():
     import doctest
 
+    from servelab.engine import asynchronous
     from servelab.schedulers import async_scheduler
 
-    assert doctest.testmod(async_scheduler).failed == 0
+    ran = [doctest.testmod(async_scheduler), doctest.testmod(asynchronous)]
+    assert all(r.failed == 0 for r in ran) and ran[0].attempted >= 3 and ran[1].attempted >= 6
 
 
 def test_wasted_work_of_a_trace_is_what_the_scheduler_counted():
-    from servelab.schedulers.async_scheduler import trace_of, wasted_work
+    from servelab.engine.asynchronous import trace_of
+    from servelab.schedulers.async_scheduler import wasted_work
 
     for seed in range(0, 300, 5):
         config, reqs = workload(random.Random(seed))
@@ -199,7 +203,7 @@ def test_wasted_work_of_a_trace_is_what_the_scheduler_counted():
 
 
 def test_walk_shows_the_placeholders_and_the_wasted_slot():
-    from servelab.schedulers.async_scheduler import walk
+    from servelab.engine.asynchronous import walk
 
     # the fake model's first token after [1, 2] is 100: make it eos; the decode scheduled for it is wasted
     sch = AsyncScheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, eos=100)

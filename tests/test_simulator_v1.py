@@ -17,6 +17,7 @@ import pytest
 
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 from servelab.engine import llm
+from servelab.engine import v1 as v1_driver
 from servelab.schedulers import vllm_scheduler as vs
 from servelab.simulator import (
     V1,
@@ -55,7 +56,7 @@ def traced_run(reqs, policy, kv):
 
 
 def direct(reqs, policy: V1, kv, step_start_s):
-    """The same requests through a vllm_scheduler.Scheduler driven by vllm_scheduler.run: request i is added just
+    """The same requests through a vllm_scheduler.Scheduler driven by servelab.engine.v1.run: request i is added just
     before the first step that starts at or after its arrival, as the simulator's loop adds it."""
     sch = vs.Scheduler(block_size=policy.block_size, num_blocks=kv // policy.block_size + 1,
                        max_num_batched_tokens=policy.max_num_batched_tokens, max_num_seqs=policy.max_num_seqs,
@@ -69,7 +70,7 @@ def direct(reqs, policy: V1, kv, step_start_s):
                        arrival_time=float(i))
         by_step.setdefault(k, []).append(r)
         requests.append(r)
-    trace = vs.run(sch, by_step, model=dummy_model)
+    trace = v1_driver.run(sch, by_step, model=dummy_model)
     return [list(rec.output.num_scheduled_tokens.items()) for rec in trace], trace, requests
 
 

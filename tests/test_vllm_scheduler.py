@@ -11,15 +11,13 @@ from functools import partial
 
 import pytest
 
+from servelab.engine.v1 import fake_model, fake_next_token, run
 from servelab.schedulers.vllm_scheduler import (
     BlockPool,
     Request,
     RequestStatus,
     Scheduler,
-    fake_model,
-    fake_next_token,
     hash_block_tokens,
-    run,
 )
 
 

@@ -15,7 +15,9 @@ OLD_PATHS: dict[str, str | tuple[str, ...]] = {  # old path -> where its names a
     **{f"servelab.{m}": f"servelab.analytic.{m}" for m in (
         "batching", "capacity", "costmodel", "fairness", "kv_tiers", "queueing", "serving", "workloads")},
     **{f"servelab.{m}": f"servelab.schedulers.{m}" for m in (
-        "async_scheduler", "radix_cache", "scheduler", "vllm_scheduler")},
+        "radix_cache", "scheduler")},
+    "servelab.async_scheduler": ("servelab.schedulers.async_scheduler", "servelab.engine.asynchronous"),
+    "servelab.vllm_scheduler": ("servelab.schedulers.vllm_scheduler", "servelab.engine.v1"),
     "servelab.spec_decode": ("servelab.schedulers.spec_decode", "servelab.analytic.speculation"),
     "servelab.radix_scheduler": ("servelab.schedulers.radix_scheduler", "servelab.engine.radix"),
     **{f"servelab.{m}": f"servelab.engine.{m}" for m in ("llm", "model", "prefix_compare", "trace")},

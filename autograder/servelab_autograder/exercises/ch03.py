@@ -24,6 +24,7 @@ import numpy as np
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.engine import v1 as v1_driver
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
 from servelab_autograder.exercises import common, spec
@@ -132,7 +133,7 @@ def drive_v1_schedule(fn, config, workload) -> dict:
     scheduler = type("YourV1", (vllm_scheduler.Scheduler,), {"schedule": fn})(**config)
     limit = 20 * sum(len(prompt) + max_tokens for _, _, prompt, max_tokens, _ in workload) + 50
     try:
-        return {"steps": v1_trace(vllm_scheduler.run(scheduler, v1_workload(workload), max_steps=limit))}
+        return {"steps": v1_trace(v1_driver.run(scheduler, v1_workload(workload), max_steps=limit))}
     except NotImplementedError:
         raise
     except RuntimeError as e:   # stuck, or never finishing: what happened, as data

@@ -20,6 +20,7 @@ import json
 import math
 import numbers
 
+from servelab.engine import asynchronous
 from servelab.schedulers import async_scheduler as ref
 from servelab.schedulers.async_scheduler import AsyncScheduler, Step
 from servelab.schedulers.scheduler import SamplingParams, Sequence
@@ -101,7 +102,7 @@ def drive_postprocess(fn, where: str, state: dict, step: dict) -> dict:
 
 def small_model(step: Step) -> list:
     """The fake model of servelab.schedulers.async_scheduler over a vocabulary of VOCAB tokens."""
-    return [None if t is None else t % VOCAB for t in ref.fake_model(step)]
+    return [None if t is None else t % VOCAB for t in asynchronous.fake_model(step)]
 
 
 def scenario(label: str, num_blocks: int, block_size: int, budget: int, requests, max_num_seqs: int = 8,
@@ -151,7 +152,7 @@ def _record(sc: dict) -> dict | None:
             steps.append(ahead)
         in_flight = ahead
     requests = {n: [m, ie] for n, _, m, ie in sc["requests"]}
-    return {"postprocess": calls, "trace": ref.trace_of(steps), "requests": requests,
+    return {"postprocess": calls, "trace": asynchronous.trace_of(steps), "requests": requests,
             "waste": [sch.wasted_slots, sch.wasted_blocks]}
 
 
