@@ -11,11 +11,11 @@ which longest-prefix-first starves a request.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from servelab.engine.driver import drive
+from servelab.engine.trace import Table, names_cell, pairs_cell
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req, TokenToKVPoolAllocator
 from servelab.schedulers.scheduler import SequenceStatus
 
@@ -127,25 +127,7 @@ TABLE_COLUMNS = ("step", "kind", "scheduled (name:tokens)", "cached", "preempted
                  "evictable", "protected", "waiting", "running")
 
 
-class _Table:
-    def __init__(self, columns, rows):
-        self.columns, self.rows = tuple(columns), [tuple(r) for r in rows]
-
-    def __str__(self) -> str:
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
-                  for i, c in enumerate(self.columns)]
-        line = lambda cells: " | ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
-        return "\n".join([line(self.columns), "-+-".join("-" * w for w in widths), *(line(r) for r in self.rows)])
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> _Table:
+def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> Table:
     """One row per schedule() call: the batch, the hits, the pool's free slots and the tree's sizes.
 
     >>> sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=32)
@@ -156,18 +138,11 @@ def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE
     0    | P    | A:3                     | A:0    | 29         | 0
     1    | P    | B:1                     | B:2    | 28         | 1
     """
-    columns = tuple(columns)
-    unknown = set(columns) - set(TABLE_COLUMNS)
-    if unknown:
-        raise ValueError(f"unknown columns {sorted(unknown)}; choose from {list(TABLE_COLUMNS)}")
-    pairs = lambda items: " ".join(f"{n}:{k}" for n, k in items) or "-"
-    names = lambda items: " ".join(items) or "-"
-    rows = []
-    for r in trace:
-        full = (str(r.step), r.kind, pairs(r.scheduled), pairs(r.cached), names(r.preempted), names(r.finished),
-                str(r.available), str(r.evictable), str(r.protected), names(r.waiting), names(r.running))
-        rows.append(tuple(full[TABLE_COLUMNS.index(c)] for c in columns))
-    return _Table(columns, rows)
+    rows = [(str(r.step), r.kind, pairs_cell(r.scheduled), pairs_cell(r.cached), names_cell(r.preempted),
+             names_cell(r.finished), str(r.available), str(r.evictable), str(r.protected), names_cell(r.waiting),
+             names_cell(r.running))
+            for r in trace]
+    return Table(TABLE_COLUMNS, rows, columns)
 
 
 # --------------------------------------------------------------------------------------------------------

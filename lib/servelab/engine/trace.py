@@ -1,4 +1,5 @@
-"""The shape table: one row per schedule() call (what ran, lengths, cache, queues), rendered from an Engine trace."""
+"""Traces as tables: `Table` (aligned text, and HTML in a notebook) for every family, and the nano-vllm engine's
+shape table, one row per schedule() call (what ran, lengths, cache, queues)."""
 
 from __future__ import annotations
 
@@ -11,32 +12,26 @@ COLUMNS = ("step", "kind", "scheduled (name:tokens)", "length", "cached", "preem
            "free blocks", "waiting", "running")
 
 
-def _names(items) -> str:
+def names_cell(items) -> str:
     return " ".join(items) or "-"
 
 
-def _pairs(items) -> str:
+def pairs_cell(items) -> str:
     return " ".join(f"{name}:{n}" for name, n in items) or "-"
 
 
-def shape_rows(trace: SequenceOf[StepRecord]) -> list[tuple[str, ...]]:
-    """Rows of strings, one per step. `length`, `cached` and `free blocks` are taken right after
-    schedule(); `finished`, `waiting` and `running` after postprocess."""
-    return [(str(r.step), r.kind, _pairs(r.scheduled), _pairs(r.lengths), _pairs(r.cached),
-             _names(r.preempted), _names(r.finished), str(r.free_blocks), _names(r.waiting), _names(r.running))
-            for r in trace]
+class Table:
+    """Rows of strings under column names, for every family's trace: prints as aligned text and renders as an
+    HTML table in a notebook. `columns` picks and orders a subset of `known` (all of them by default)."""
 
-
-class ShapeTable:
-    """Prints as aligned text and renders as an HTML table in a notebook."""
-
-    def __init__(self, trace: SequenceOf[StepRecord], columns: SequenceOf[str] = COLUMNS):
-        unknown = set(columns) - set(COLUMNS)
+    def __init__(self, known: SequenceOf[str], rows: SequenceOf[SequenceOf[str]], columns: SequenceOf[str] = ()):
+        columns = tuple(columns) or tuple(known)
+        unknown = set(columns) - set(known)
         if unknown:
-            raise ValueError(f"unknown columns {sorted(unknown)}; choose from {list(COLUMNS)}")
-        idx = [COLUMNS.index(c) for c in columns]
-        self.columns = tuple(columns)
-        self.rows = [tuple(row[i] for i in idx) for row in shape_rows(trace)]
+            raise ValueError(f"unknown columns {sorted(unknown)}; choose from {list(known)}")
+        idx = [list(known).index(c) for c in columns]
+        self.columns = columns
+        self.rows = [tuple(row[i] for i in idx) for row in rows]
 
     def __str__(self) -> str:
         widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
@@ -51,6 +46,22 @@ class ShapeTable:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def shape_rows(trace: SequenceOf[StepRecord]) -> list[tuple[str, ...]]:
+    """Rows of strings, one per step. `length`, `cached` and `free blocks` are taken right after
+    schedule(); `finished`, `waiting` and `running` after postprocess."""
+    return [(str(r.step), r.kind, pairs_cell(r.scheduled), pairs_cell(r.lengths), pairs_cell(r.cached),
+             names_cell(r.preempted), names_cell(r.finished), str(r.free_blocks), names_cell(r.waiting),
+             names_cell(r.running))
+            for r in trace]
+
+
+class ShapeTable(Table):
+    """The nano-vllm engine's trace as a `Table`."""
+
+    def __init__(self, trace: SequenceOf[StepRecord], columns: SequenceOf[str] = COLUMNS):
+        super().__init__(COLUMNS, shape_rows(trace), columns)
 
 
 def shape_table(trace: SequenceOf[StepRecord], columns: SequenceOf[str] = COLUMNS) -> ShapeTable:
