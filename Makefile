@@ -33,7 +33,7 @@ browser-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 # The grading sandbox: Debian's bubblewrap and, as root, the unprivileged users sandboxes run as (one per
-# submission graded at the same time on this machine). `python -m servelab_autograder.sandbox` says whether
+# submission graded at the same time on this machine). `python -m servelab_autograder.runner.sandbox` says whether
 # this machine can grade safely.
 SANDBOX_USERS ?= 8
 sandbox-deps: setup
@@ -41,13 +41,13 @@ sandbox-deps: setup
 	  echo "installing Debian's bubblewrap for the grading sandbox"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
-	@$(BIN)/python -m servelab_autograder.sandbox --setup --users $(SANDBOX_USERS)
+	@$(BIN)/python -m servelab_autograder.runner.sandbox --setup --users $(SANDBOX_USERS)
 
 release: setup
-	$(BIN)/python -m servelab_autograder.release
+	$(BIN)/python -m servelab_autograder.course.release
 
 release-if-stale: setup
-	@$(BIN)/python -m servelab_autograder.release --if-stale
+	@$(BIN)/python -m servelab_autograder.course.release --if-stale
 
 # The learner's lab serves course/ without nbgrader's instructor tools or the news pop-up (lab/learner, for this
 # server only); the instructor's serves the repository with formgrader and Create Assignment.
@@ -66,7 +66,7 @@ lab-instructor: setup release-if-stale
 # this machine has one; never changes them. Progress: .servelab/progress.json.
 CH ?=
 check: setup release-if-stale
-	@$(BIN)/python -m servelab_autograder.check $(CH)
+	@$(BIN)/python -m servelab_autograder.course.check $(CH)
 
 # pytest-xdist workers: one more than the cores by default, since many tests spend their time waiting on a
 # process of their own (the sandboxed grader, nbgrader, JupyterLab and Chromium, a grading that must time out)
@@ -79,14 +79,14 @@ test: setup browser-deps sandbox-deps $(HUB_TEST_DEPS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 solutions: setup
-	$(BIN)/python -m servelab_autograder.execute solutions/*/*.ipynb
+	$(BIN)/python -m servelab_autograder.course.execute solutions/*/*.ipynb
 
 # WORKERS=N grades on a Dask LocalCluster of N workers, DASK=tcp://host:8786 on a running cluster's scheduler
 # (one task per submission; this machine alone writes the gradebook); neither: the local process pool.
 WORKERS ?=
 DASK ?= $(if $(WORKERS),local,)
 autograde: setup
-	$(BIN)/python -m servelab_autograder.grade $(SUBMISSIONS) $(if $(DASK),--dask $(DASK)) \
+	$(BIN)/python -m servelab_autograder.runner.grade $(SUBMISSIONS) $(if $(DASK),--dask $(DASK)) \
 	  $(if $(WORKERS),--jobs $(WORKERS)) $(GRADE_ARGS)
 
 # A course for many learners on this server (as root): JupyterHub on 127.0.0.1:$(HUB_PORT) with PAM logins, each
@@ -125,7 +125,7 @@ hub-autograde: setup sandbox-deps
 MUTANT_JOBS ?= 2
 # Every chapter at once also records the report in bench/results.md (scripts/bench_mutants.py).
 mutants: setup
-	$(if $(CH),$(BIN)/python -m servelab_autograder.mutants $(CH) --jobs $(MUTANT_JOBS),\
+	$(if $(CH),$(BIN)/python -m servelab_autograder.judge.mutants $(CH) --jobs $(MUTANT_JOBS),\
 	  $(BIN)/python scripts/bench_mutants.py --write --jobs $(MUTANT_JOBS))
 
 lint: setup

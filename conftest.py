@@ -56,7 +56,7 @@ def _pristine_release(nb) -> bool:
 def _check_kept_outputs(nb_items) -> None:
     if not nb_items:  # no notebook collected: skip the import (seconds, and nbformat, which a GPU image may lack)
         return
-    from servelab_autograder.execute import graded
+    from servelab_autograder.course.execute import graded
 
     for item in nb_items:
         rel = Path(item.parent.path).resolve().relative_to(ROOT)

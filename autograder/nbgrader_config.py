@@ -62,7 +62,7 @@ c.CourseDirectory.ignore = [
 # resolve to another environment).
 c.Execute.kernel_name = "servelab"
 # Per-cell wall-clock limit for nbgrader run by hand (nbgrader autograde, the formgrader). The
-# autograder (`make autograde`) sets its own limits in CPU time instead: servelab_autograder/limits.py.
+# autograder (`make autograde`) sets its own limits in CPU time instead: servelab_autograder/runner/limits.py.
 c.Execute.timeout = 60
 c.Execute.startup_timeout = 60
 c.Execute.interrupt_on_timeout = True
@@ -93,9 +93,9 @@ c.OverwriteCells.add_missing_cells = True
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
-# The autograder (servelab_autograder.grade) wraps nbgrader's executor: the kernel runs in a sandbox,
+# The autograder (servelab_autograder.runner.grade) wraps nbgrader's executor: the kernel runs in a sandbox,
 # cells are limited in CPU time and output bytes, and the grader learns which cell a dead or stuck
-# kernel was running (servelab_autograder.kernel_guard). Without $SERVELAB_GRADE_PLAN (nbgrader run by
+# kernel was running (servelab_autograder.runner.kernel_guard). Without $SERVELAB_GRADE_PLAN (nbgrader run by
 # hand, or from the formgrader) it behaves exactly like nbgrader's own Execute.
 try:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
@@ -107,7 +107,7 @@ try:
         SaveAutoGrades,
     )
 
-    from servelab_autograder.kernel_guard import GuardedExecute
+    from servelab_autograder.runner.kernel_guard import GuardedExecute
 except ImportError:  # pragma: no cover - servelab not installed; fall back to nbgrader's defaults
     pass
 else:

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "feedback":
         return nbgrader(user, course, "release_feedback", ch)
     # autograde: everything collected, what was graded before and has not changed is kept (--resume)
-    cmd = [sys.executable, "-m", "servelab_autograder.grade", str(course / "submitted"), "--out", str(course),
+    cmd = [sys.executable, "-m", "servelab_autograder.runner.grade", str(course / "submitted"), "--out", str(course),
            "--resume"]
     if args.dask or args.workers:
         cmd += ["--dask", args.dask or "local", "--jobs", str(args.workers or 2)]

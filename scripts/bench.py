@@ -151,14 +151,15 @@ def _have(module: str) -> bool:
         return False
 
 
-COMPLETE_STUDENT = "solution"  # the student servelab_autograder.submissions fills with every solution
+COMPLETE_STUDENT = "solution"  # the student servelab_autograder.testing.submissions fills with every solution
 
 
 def bench_autograde(timeout_s: float) -> list[Row]:
     notebooks = sorted(REPO.glob("solutions/*/*.ipynb"))
     chapter = notebooks[0].parent.name if notebooks else None
     figure = f"autograde one complete submission ({chapter or 'first chapter'})"
-    missing = [m for m in ("servelab_autograder.submissions", "servelab_autograder.grade") if not _have(m)]
+    missing = [m for m in ("servelab_autograder.testing.submissions", "servelab_autograder.runner.grade")
+               if not _have(m)]
     if missing:
         return [Row(figure, None, AUTOGRADE_TARGET_S, f"not available ({', '.join(missing)} missing)")]
     if chapter is None:
@@ -172,7 +173,7 @@ def bench_autograde(timeout_s: float) -> list[Row]:
         print(f"[bench] build the {chapter} submissions ...", flush=True)
         _, rc, last = _run(
             "build submissions",
-            [py, "-m", "servelab_autograder.submissions", str(built), chapter],
+            [py, "-m", "servelab_autograder.testing.submissions", str(built), chapter],
             timeout_s,
             _env(),
         )
@@ -183,8 +184,8 @@ def bench_autograde(timeout_s: float) -> list[Row]:
         one = Path(tmp) / "submitted"
         shutil.copytree(complete, one / COMPLETE_STUDENT / chapter)
         out = Path(tmp) / "out"  # keep the repo's gradebook and autograded/ untouched
-        grade_cmd = [py, "-m", "servelab_autograder.grade", str(one), "--out", str(out)]
-        print("[bench] autograde it (python -m servelab_autograder.grade <tmp>/submitted) ...", flush=True)
+        grade_cmd = [py, "-m", "servelab_autograder.runner.grade", str(one), "--out", str(out)]
+        print("[bench] autograde it (python -m servelab_autograder.runner.grade <tmp>/submitted) ...", flush=True)
         wall, rc, last = _run("autograde one submission", grade_cmd, timeout_s, _env())
         note = _grade_summary(out / "grades.csv", OUT / f"{_slug('autograde one submission')}.log")
         if rc != 0:
@@ -207,7 +208,7 @@ def _sandbox_overhead(complete: Path, chapter: str, tmp: Path, timeout_s: float)
     means = {}
     for label, extra in (("sandboxed", []), ("unsandboxed", ["--unsafe-no-sandbox"])):
         print(f"[bench] grade {SANDBOX_COPIES} copies {label} ...", flush=True)
-        cmd = [sys.executable, "-m", "servelab_autograder.grade", str(subs), "--out", str(tmp / f"out-{label}"),
+        cmd = [sys.executable, "-m", "servelab_autograder.runner.grade", str(subs), "--out", str(tmp / f"out-{label}"),
                *extra]
         _, rc, last = _run(f"grade copies {label}", cmd, timeout_s, _env())
         log = OUT / f"{_slug(f'grade copies {label}')}.log"

@@ -4,7 +4,7 @@
     python scripts/bench_mutants.py --write         # and record it in bench/results.md
     python scripts/bench_mutants.py --log FILE --wall-s S --write   # record a finished run's output instead
 
-The report is `python -m servelab_autograder.mutants`'s: one line per chapter, "chNN: K killed, E equivalent
+The report is `python -m servelab_autograder.judge.mutants`'s: one line per chapter, "chNN: K killed, E equivalent
 (explained), S survived", and a total. The figures are for reading: the run's exit status says whether any mutant
 survived, and tests/test_mutants.py keeps the committed lists of equivalent programs honest.
 """
@@ -36,7 +36,7 @@ def section(report: str, wall_s: float, jobs: int) -> str:
     return "\n".join([
         MARK, "", "## Mutants (`make mutants`, `scripts/bench_mutants.py`)", "",
         f"{dt.date.today().isoformat()}, {os.cpu_count()} cores, "
-        f"`python -m servelab_autograder.mutants --jobs {jobs}`: "
+        f"`python -m servelab_autograder.judge.mutants --jobs {jobs}`: "
         f"{wall_s:.0f} s wall for every chapter. A mutant is killed when a hidden case fails (a crash or a time-out "
         "counts), equivalent when its chapter's list in autograder/mutants/ explains it or it leaves every drill "
         "answer within the tolerance its question states.", "", "```", *lines, "```", ""])
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         report, wall, rc = args.log.read_text(encoding="utf-8"), args.wall_s or 0.0, 0
     else:
         start = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "servelab_autograder.mutants", "--jobs", str(args.jobs)],
+        run = subprocess.run([sys.executable, "-m", "servelab_autograder.judge.mutants", "--jobs", str(args.jobs)],
                              cwd=ROOT, capture_output=True, text=True)
         report, wall, rc = run.stdout, time.monotonic() - start, run.returncode
     print(report, end="")

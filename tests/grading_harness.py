@@ -3,8 +3,8 @@
 The solution notebook's JSON is parsed; :meth:`Notebook.namespace` executes its code cells other than the test
 cells in order into one namespace, as the kernel would (IPython magics dropped, stdout swallowed), and
 :meth:`Notebook.run_test_cell` runs a visible test cell on it. The ``assert_*`` methods and the generators hold
-the checks every chapter makes the same way; the grading itself is proved through the engine
-(``servelab_autograder.verdicts``) in each chapter's own test module.
+the checks every chapter makes the same way, which tests/test_grading_tables.py makes for every chapter's table
+(through the engine, ``servelab_autograder.judge.verdicts``); each chapter's own test module proves the rest.
 
 pytest rewrites the asserts here as in a test module (conftest.py registers this module).
 """
@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+from servelab_autograder import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,11 +59,12 @@ def is_test(meta: dict) -> bool:
 
 
 class Notebook:
-    """A chapter's solution notebook (solutions/<assignment>/<assignment>.ipynb), cell by cell. A chapter that
-    runs its cells differently while grading overrides :meth:`runs`."""
+    """A chapter's solution notebook (solutions/<assignment>/<assignment>.ipynb), cell by cell; :meth:`namespace`
+    leaves out the cells ``skip`` names (a chapter's demos, when no visible test reads what they make)."""
 
-    def __init__(self, assignment: str):
+    def __init__(self, assignment: str, skip: tuple[str, ...] = ()):
         self.path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+        self.skip = frozenset(skip)
 
     # ----------------------------------------------------------------------------------------------------
     # the notebook, cell by cell
@@ -100,8 +103,8 @@ class Notebook:
     # running it
 
     def runs(self, meta: dict) -> bool:
-        """Whether :meth:`namespace` executes this code cell (not a test cell): every one."""
-        return True
+        """Whether :meth:`namespace` executes this code cell (not a test cell): every one but ``skip``."""
+        return meta.get("grade_id") not in self.skip
 
     def namespace(self) -> dict:
         """Execute every code cell except the test cells (and those :meth:`runs` leaves out), in order."""
@@ -177,10 +180,10 @@ class Notebook:
 
 class Proof:
     """What every chapter's grading test proves the same way, in this process, through the trusted engine
-    (``servelab_autograder.verdicts``): the requests, plain-data answers and verdicts of a sandboxed grading."""
+    (``servelab_autograder.judge.verdicts``): the requests, plain-data answers and verdicts of a sandboxed grading."""
 
     def __init__(self, assignment: str, notebook: Notebook):
-        from servelab_autograder import known_wrong, verdicts
+        from servelab_autograder.judge import known_wrong, verdicts
 
         self.assignment, self.nb = assignment, notebook
         self.chapter = verdicts.table(assignment)
@@ -192,7 +195,7 @@ class Proof:
         return dict(self.pitfalls.namespace(name))
 
     def grade(self, ns: dict, seed: int = 0, cells=None) -> dict:
-        from servelab_autograder import verdicts
+        from servelab_autograder.judge import verdicts
 
         return verdicts.grade_namespace(self.chapter, ns, seed, pitfalls=self.pitfalls, cells=cells)
 
@@ -203,9 +206,9 @@ class Proof:
         """The released notebook's solution cells (and the chapter's setup cells) run as a learner's namespace."""
         import nbformat
 
-        from servelab_autograder import known_wrong, release
+        from servelab_autograder.judge import known_wrong
 
-        nb = nbformat.read(release.release_notebook(ROOT, self.assignment), as_version=4)
+        nb = nbformat.read(paths.release_notebook(ROOT, self.assignment), as_version=4)
         solutions = known_wrong.solution_cells(nb)
         ns: dict = {}
         exec(self.chapter.prelude, ns)
@@ -237,7 +240,7 @@ class Proof:
         """The patch applies and changes the solution; the cells whose functions it changes are graded (the others
         grade the solution's own code, which passes): exactly its ``fails`` lose, each with its pitfall's line
         first (graders show a failure's first line) and its ``says`` phrase."""
-        from servelab_autograder import verdicts
+        from servelab_autograder.judge import verdicts
 
         assert patch.apply(self.pitfalls.solution) != self.pitfalls.solution
         ns = self.solution(patch.name)
@@ -262,63 +265,3 @@ class Proof:
             assert set(p.fails) <= set(self.chapter.cells)
         assert {c for p in self.patches for c in p.cells} == set(self.pitfalls.solution) - set(without)
         assert len({p.message for p in self.patches}) == len(self.patches)
-
-
-def standard_proofs(proof: Proof, seeds=(0, 20261201), patch_seeds=(0,), visible_namespace=None,
-                    without=(), reference_seeds=()) -> dict:
-    """The proofs every chapter's grading test module makes the same way, as test functions to put in its
-    namespace (``globals().update(standard_proofs(P))``, where pytest collects them): no hidden tests in the test
-    cells, the solution passes every graded cell on ``seeds`` and every visible test cell (on
-    ``visible_namespace()`` when given: a chapter that builds its notebook's namespace once), the stubs fail every
-    graded cell, each known-wrong patch loses exactly its cells (on ``patch_seeds``), each pitfall is one patch, and
-    the pitfall atlas is what the patches give."""
-    import pytest
-
-    from servelab_autograder import verdicts
-    from servelab_autograder.exercises.spec import atlas_path
-
-    def test_test_cells_hold_no_hidden_tests():
-        for gid in proof.nb.test_cells():
-            assert "HIDDEN TESTS" not in proof.nb.source(gid), f"{gid}: the table is its hidden test"
-
-    @pytest.mark.parametrize("seed", seeds)
-    def test_the_solution_passes_every_graded_cell(seed):
-        proof.assert_solution_passes(seed)
-
-    def test_the_solution_passes_every_visible_test_cell():
-        proof.assert_visible_tests_pass(dict(visible_namespace()) if visible_namespace else None)
-
-    def test_the_released_stubs_fail_every_graded_cell():
-        proof.assert_stubs_fail_every_cell()
-
-    @pytest.mark.parametrize("patch", proof.patches, ids=lambda p: p.name)
-    def test_a_known_wrong_patch_applies_and_loses_exactly_its_cells(patch):
-        proof.assert_patch_loses_exactly_its_cells(patch, patch_seeds)
-
-    def test_every_pitfall_is_one_patch_named_in_the_chapter():
-        proof.assert_every_pitfall_is_one_patch(without=without)
-
-    def test_the_reference_answers_every_random_case():
-        """Every grading draws its own seed: a generator that can make an input the reference refuses fails a
-        correct answer now and then. Shown on `reference_seeds` for a chapter whose cases are cheap (closed
-        forms); a chapter whose random cases are reference runs passes none."""
-        for seed in reference_seeds:
-            for ex in proof.chapter.cells.values():
-                if not hasattr(ex, "random"):
-                    continue
-                for case in verdicts.cases(ex, seed)[len(ex.fixed()):]:
-                    try:
-                        ex.spec.expected(case)
-                    except Exception as e:  # noqa: BLE001 - the case is what is reported
-                        raise AssertionError(f"seed {seed}: {ex.spec.name}{case!r}: the reference raised "
-                                             f"{type(e).__name__}: {e}") from e
-
-    def test_the_atlas_is_what_the_patches_give():
-        stored = json.loads(atlas_path(proof.assignment).read_text(encoding="utf-8"))
-        fresh = json.loads(verdicts.atlas_text(proof.chapter, ROOT))
-        assert same_atlas(stored, fresh), "stale pitfall atlas: run python -m servelab_autograder.verdicts"
-
-    tests = {name: fn for name, fn in locals().items() if name.startswith("test_")}
-    if not reference_seeds:        # a chapter whose random cases are reference runs has nothing to show here
-        del tests["test_the_reference_answers_every_random_case"]
-    return tests

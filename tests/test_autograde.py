@@ -1,4 +1,4 @@
-"""End to end: real, sandboxed grader runs (`python -m servelab_autograder.grade`), each result held to what the
+"""End to end: real, sandboxed grader runs (`python -m servelab_autograder.runner.grade`), each result held to what the
 submission deserves.
 
 The batch (one grader run, two submissions at a time):
@@ -6,8 +6,8 @@ The batch (one grader run, two submissions at a time):
   pitfall's message) of chapter 01 and of the newest chapter. Every chapter's stubs and every known-wrong
   submission are proved in-process by tests/test_chNN_grading.py, through the same trusted engine; what only a
   sandboxed run shows (a kernel-side driver's answer crossing, its size, its time) the solutions show;
-- chapter 01's tampered submissions (servelab_autograder.submissions.tamper) and hostile ones
-  (servelab_autograder.submissions.hostile: the gradebook, the classmates' copies, the grader's source, a
+- chapter 01's tampered submissions (servelab_autograder.testing.submissions.tamper) and hostile ones
+  (servelab_autograder.testing.hostile: the gradebook, the classmates' copies, the grader's source, a
   SIGKILL to everything, a daemon, 6 GiB, 100 MB of output, a fork bomb, the network, the disk, exit(),
   sys.exit(), a lone surrogate), graded beside an honest and a wrong classmate who keep their scores;
 - afterwards nothing outside the sandboxes changed (canary files, the repository, the grader's code and
@@ -36,12 +36,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from servelab_autograder import grade, kernel_guard, procs, release, submissions
+from servelab_autograder import paths
+from servelab_autograder.runner import kernel_guard, nbgrader_process, procs, results, staging
+from servelab_autograder.testing import hostile, notebooks, submissions
 
 pytestmark = pytest.mark.autograde
 
-ROOT = release.repo_root()
-CHAPTERS = release.chapters(ROOT)
+ROOT = paths.repo_root()
+CHAPTERS = paths.chapters(ROOT)
 FIRST = "ch01_continuous_batching" if "ch01_continuous_batching" in CHAPTERS else CHAPTERS[0]
 WHOLE = sorted({FIRST, CHAPTERS[-1]})   # the chapters whose stubs and first known-wrong are graded here too
 CELL_CPU = 10  # CPU seconds a cell; the slowest legitimate cell uses ~2, the endless-loop case costs this much
@@ -49,8 +51,9 @@ JOBS = 2
 
 
 def run_grader(subs: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "servelab_autograder.grade", str(subs), "--out", str(out), *args],
-                          cwd=ROOT, env=release.venv_path_env(), capture_output=True, text=True, timeout=1800)
+    return subprocess.run([sys.executable, "-m", "servelab_autograder.runner.grade", str(subs), "--out", str(out),
+                           *args],
+                          cwd=ROOT, env=nbgrader_process.venv_path_env(), capture_output=True, text=True, timeout=1800)
 
 
 def read_grades(out: Path) -> dict:
@@ -84,7 +87,7 @@ def _fingerprints() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    missing = [a for a in CHAPTERS if not release.release_notebook(ROOT, a).is_file()]
+    missing = [a for a in CHAPTERS if not paths.release_notebook(ROOT, a).is_file()]
     if missing:
         pytest.fail(f"no release for {missing}: run `make release`")
     base = tmp_path_factory.mktemp("autograde")
@@ -99,7 +102,7 @@ def graded(tmp_path_factory):
             (subs / student / a / f"{a}.ipynb").unlink()
             (subs / student / a).rmdir()
             del expected[a][student]
-    for kind, (nb, exp) in submissions.hostile(FIRST, ROOT, [str(subs), str(out), str(base)]).items():
+    for kind, (nb, exp) in hostile.hostile(FIRST, ROOT, [str(subs), str(out), str(base)]).items():
         submissions.write_one(subs, f"hostile-{kind}", FIRST, nb)
         expected[FIRST][f"hostile-{kind}"] = exp
     for path, text in canaries.items():
@@ -156,8 +159,8 @@ def test_a_known_wrong_submission_loses_its_points(graded, assignment):
 
 def _check_expected(graded, assignment, prefix):
     expected = graded["expected"][assignment]
-    release_nb = submissions.load_release(assignment, ROOT)
-    tests = [submissions.grade_id(c) for c in release_nb.cells if submissions.is_test(c)]
+    release_nb = notebooks.load_release(assignment, ROOT)
+    tests = [notebooks.grade_id(c) for c in release_nb.cells if notebooks.is_test(c)]
     problems = []
     for student, exp in sorted((s, e) for s, e in expected.items() if s.startswith(prefix)):
         row, score, top = _row(graded, assignment, student)
@@ -204,8 +207,8 @@ def test_classmates_keep_their_scores_beside_hostile_submissions(graded):
     assert score == top and row["status"] == "graded"
     wrong = next(s for s in graded["expected"][FIRST] if s.startswith("wrong-"))
     fails = graded["expected"][FIRST][wrong]["fails"]
-    release_nb = submissions.load_release(FIRST, ROOT)
-    lost = sum(submissions.points(c) for c in release_nb.cells if submissions.grade_id(c) in fails)
+    release_nb = notebooks.load_release(FIRST, ROOT)
+    lost = sum(notebooks.points(c) for c in release_nb.cells if notebooks.grade_id(c) in fails)
     row, score, top = _row(graded, FIRST, wrong)
     assert score == top - lost, f"{wrong}: {score}/{top}, expected exactly {top - lost} (it loses {fails})"
 
@@ -239,7 +242,7 @@ def test_nothing_outside_the_sandboxes_changed_and_nothing_of_them_is_left(grade
     assert not changed, f"files changed during grading: {changed[:10]}"
     for path, text in graded["canaries"].items():
         assert path.read_text(encoding="utf-8") == text, path
-    assert procs.with_argument(submissions.DAEMON_MARKER) == [], "the hostile daemon outlived the batch"
+    assert procs.with_argument(hostile.DAEMON_MARKER) == [], "the hostile daemon outlived the batch"
     subs = graded["subs"]
     for a, students in graded["expected"].items():  # every classmate's submission is as written
         for student in students:
@@ -258,13 +261,13 @@ def test_every_submission_has_a_result_file_a_grades_row_and_feedback(graded):
     out = graded["out"]
     header = (out / "grades.csv").read_text(encoding="utf-8").splitlines()[0]
     assert header == "student,assignment,score,max_score,status,message"
-    results = grade.load_results(out)
+    saved = results.load_results(out)
     problems = []
     for a, subs in graded["expected"].items():
         for student in subs:
             if (a, student) not in graded["rows"]:
                 problems.append(f"{a}/{student}: no grades.csv row")
-            elif results.get((a, student)) is None or results[(a, student)].row() != graded["rows"][(a, student)]:
+            elif saved.get((a, student)) is None or saved[(a, student)].row() != graded["rows"][(a, student)]:
                 problems.append(f"{a}/{student}: its result file does not match grades.csv")
             page = out / "feedback" / student / a / f"{a}.html"
             if not page.is_file() or page.stat().st_size == 0:
@@ -274,7 +277,7 @@ def test_every_submission_has_a_result_file_a_grades_row_and_feedback(graded):
     page = (out / "feedback" / "solution" / FIRST / f"{FIRST}.html").read_text(encoding="utf-8")
     assert kernel_guard.DEMO_SHOWN.strip() in page and "data:image/png;base64" in page
     assert kernel_guard.DEMO_NOTE.strip() not in page
-    assert {r["status"] for r in graded["rows"].values()} <= set(grade.STATUSES)
+    assert {r["status"] for r in graded["rows"].values()} <= set(results.STATUSES)
     assert json.loads((graded["subs"] / "expected.json").read_text(encoding="utf-8")) == graded["expected"]
 
 
@@ -283,27 +286,27 @@ def test_a_killed_grader_loses_no_result_and_resume_grades_the_rest(tmp_path):
     ``hog`` holds more memory than the sandbox may, ``slow`` uses more CPU than the notebook may."""
     subs, out = tmp_path / "subs", tmp_path / "out"
     a = FIRST
-    submissions.write_one(subs, "a-solution", a, submissions.complete_submission(a, ROOT))
-    submissions.write_one(subs, "b-stubs", a, submissions._fresh(submissions.load_release(a, ROOT)))
-    load = submissions.load_test(a, ROOT)
+    submissions.write_one(subs, "a-solution", a, notebooks.complete_submission(a, ROOT))
+    submissions.write_one(subs, "b-stubs", a, notebooks.fresh(notebooks.load_release(a, ROOT)))
+    load = hostile.load_test(a, ROOT)
     for student, kind in (("c-sleeper", "sleep"), ("d-spinner", "spin"), ("e-hog", "hog"), ("f-slow", "slow")):
         submissions.write_one(subs, student, a, load[kind])
-    argv = [sys.executable, "-m", "servelab_autograder.grade", str(subs), "--out", str(out), "--jobs", "1",
+    argv = [sys.executable, "-m", "servelab_autograder.runner.grade", str(subs), "--out", str(out), "--jobs", "1",
             "--cell-cpu", "3", "--wall-factor", "20"]
-    first = subprocess.Popen(argv, cwd=ROOT, env=release.venv_path_env(), stdout=subprocess.DEVNULL,
+    first = subprocess.Popen(argv, cwd=ROOT, env=nbgrader_process.venv_path_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     done = [out / "results" / a / f"{s}.json" for s in ("a-solution", "b-stubs")]
     deadline = time.monotonic() + 600
     while not all(p.is_file() for p in done) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(p.is_file() for p in done), "the first two results never appeared"
-    staging = [p.parent for p in Path(tempfile.gettempdir()).glob(f"{grade.STAGING_PREFIX}*/owner.pid")
-               if p.read_text() == str(first.pid)]
-    assert len(staging) == 1, staging
+    staged = [p.parent for p in Path(tempfile.gettempdir()).glob(f"{staging.STAGING_PREFIX}*/owner.pid")
+              if p.read_text() == str(first.pid)]
+    assert len(staged) == 1, staged
     first.send_signal(signal.SIGKILL)  # mid-batch: the sleeper is being graded
     first.wait()
     assert not (out / "grades.csv").exists(), "a killed run must not leave a grades.csv that looks complete"
-    kept = grade.load_results(out)
+    kept = results.load_results(out)
     assert set(kept) == {(a, "a-solution"), (a, "b-stubs")}, kept
     assert kept[(a, "a-solution")].score == kept[(a, "a-solution")].max_score > 0
 
@@ -342,8 +345,8 @@ def test_a_killed_grader_loses_no_result_and_resume_grades_the_rest(tmp_path):
         assert sum(s for s, _ in cells.get((a, student), {}).values()) == float(row["score"]), (student, row)
         assert (out / "feedback" / student / a / f"{a}.html").is_file(), student
     # nothing of the killed run is left: its staging folder (and sandbox mount) went with the next run
-    assert not staging[0].exists(), staging
-    assert str(staging[0]) not in Path("/proc/self/mountinfo").read_text()
+    assert not staged[0].exists(), staged
+    assert str(staged[0]) not in Path("/proc/self/mountinfo").read_text()
 
     # a new run without --resume moves this run's grades.csv and results aside first
     for student in ("c-sleeper", "d-spinner", "e-hog", "f-slow"):
@@ -352,5 +355,5 @@ def test_a_killed_grader_loses_no_result_and_resume_grades_the_rest(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:]
     previous = sorted((out / "runs" / "previous").iterdir())
     assert len(previous) == 1 and len(read_grades(previous[0])) == 6
-    assert set(grade.load_results(out)) == {(a, "a-solution"), (a, "b-stubs")}
+    assert set(results.load_results(out)) == {(a, "a-solution"), (a, "b-stubs")}
     assert set(read_grades(out)) == {(a, "a-solution"), (a, "b-stubs")}

@@ -503,7 +503,9 @@ PITFALL = "static_finish_at_batch_end"   # its message is the one the old feedba
 @pytest.fixture(scope="module")
 def feedback_page(tmp_path_factory) -> tuple[Path, str]:
     """One known-wrong chapter 01 submission graded by the real grader: its feedback page and the pitfall line."""
-    from servelab_autograder import grade, known_wrong, sandbox, submissions
+    from servelab_autograder.judge import known_wrong
+    from servelab_autograder.runner import grade, sandbox
+    from servelab_autograder.testing import submissions
 
     _require_browser()
     assignment = "ch01_continuous_batching"

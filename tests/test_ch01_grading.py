@@ -1,4 +1,4 @@
-"""Chapter 01 is graded from its table (servelab_autograder/checks/ch01.py), outside the learner's kernel: proved
+"""Chapter 01 is graded from its table (servelab_autograder/judge/checks/ch01.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on several seeds; the released stubs fail every one;
@@ -17,24 +17,21 @@ import sys
 import textwrap
 
 import pytest
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 from servelab.analytic import batching
-from servelab_autograder import release, verdicts
-from servelab_autograder.checks import ch01 as table
+from servelab_autograder import paths
 from servelab_autograder.exercises import ch01, plain
+from servelab_autograder.judge import verdicts
+from servelab_autograder.judge.checks import ch01 as table
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch01_continuous_batching"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
 P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
-SEEDS = (0, 20261201)
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS,
-                                 reference_seeds=range(1, 31)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -126,7 +123,7 @@ def test_a_malformed_answer_from_the_kernel_scores_zero():
 
 
 def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
-    from servelab_autograder import sandbox
+    from servelab_autograder.runner import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
     script = textwrap.dedent("""
@@ -158,7 +155,7 @@ def test_the_grading_library_has_no_references_of_this_chapter(tmp_path):
 def test_the_grading_library_holds_no_reference_code_to_read_and_run(tmp_path):
     import ast
 
-    from servelab_autograder import sandbox
+    from servelab_autograder.runner import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
     original = (ROOT / "lib" / "servelab" / "analytic" / "batching.py").read_text()
@@ -178,8 +175,8 @@ def test_the_grading_library_holds_no_reference_code_to_read_and_run(tmp_path):
 
 def test_verdicts_need_no_asserts():
     script = textwrap.dedent(f"""
-        from servelab_autograder import verdicts
-        from servelab_autograder.checks import ch01 as table
+        from servelab_autograder.judge import verdicts
+        from servelab_autograder.judge.checks import ch01 as table
         P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
         v = verdicts.grade_namespace(table.CHAPTER, dict(P.namespace("static_sum_of_lengths")), 3, pitfalls=P)
         print(sorted(c for c, x in v.items() if not x.passed))

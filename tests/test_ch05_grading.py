@@ -1,4 +1,4 @@
-"""Chapter 05 is graded from its table (servelab_autograder/checks/ch05.py), outside the learner's kernel: proved
+"""Chapter 05 is graded from its table (servelab_autograder/judge/checks/ch05.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -21,25 +21,24 @@ import sys
 import textwrap
 
 import pytest
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.radix_scheduler import RadixScheduler
-from servelab_autograder import release, verdicts
-from servelab_autograder.checks import ch05 as table
+from servelab_autograder import paths
 from servelab_autograder.exercises import ch04, ch05, plain
+from servelab_autograder.judge import verdicts
+from servelab_autograder.judge.checks import ch05 as table
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch05_lock_ref_eviction"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
 P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
-SEEDS = (0, 20261201)
 
 # one seed: each seed's cases are reference runs of the chapter's workloads
-globals().update(standard_proofs(P, SEEDS[:1], patch_seeds=SEEDS[:1], without=("drills",)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,7 +252,7 @@ def test_drills_name_a_wrong_count_and_want_whole_numbers():
 def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
     """What the sandbox shows: servelab without this chapter's references. The solution's methods, driven there
     on the grader's requests, come back with answers the trusted side accepts; the references raise."""
-    from servelab_autograder import sandbox
+    from servelab_autograder.runner import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
     cells = [c for c in CHAPTER.cells if c != "test_drills"]

@@ -1,4 +1,4 @@
-"""Chapter 06 is graded from its table (servelab_autograder/checks/ch06.py), outside the learner's kernel: proved
+"""Chapter 06 is graded from its table (servelab_autograder/judge/checks/ch06.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -29,7 +29,7 @@ import textwrap
 
 import matplotlib
 import pytest
-from grading_harness import Notebook, Proof, python_source, standard_proofs
+from grading_harness import Notebook, Proof, python_source
 
 matplotlib.use("Agg")
 
@@ -40,20 +40,20 @@ from servelab.analytic import costmodel  # noqa: E402
 from servelab.analytic.costmodel import H200  # noqa: E402
 from servelab.kernels import exercises as ex  # noqa: E402
 from servelab.kernels.reference import gather_kv  # noqa: E402
-from servelab_autograder import known_wrong, release, verdicts  # noqa: E402
-from servelab_autograder.checks import ch06 as table  # noqa: E402
+from servelab_autograder import paths
 from servelab_autograder.exercises import ch06, plain, probe
 from servelab_autograder.exercises import spec as spec_module  # noqa: E402
 from servelab_autograder.exercises.spec import atlas_path  # noqa: E402
+from servelab_autograder.judge import known_wrong, verdicts  # noqa: E402
+from servelab_autograder.judge.checks import ch06 as table  # noqa: E402
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch06_triton_paged_attention"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
 P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
-SEEDS = (0, 20261201)
 KERNELS = ("store_kv_kernel", "decode_kernel", "merge_kernel")
 
 
@@ -61,9 +61,6 @@ KERNELS = ("store_kv_kernel", "decode_kernel", "merge_kernel")
 def notebook_namespace() -> dict:
     """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
     return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
 
 
 def _kernel(src: str, name: str):
@@ -390,7 +387,7 @@ def test_probe_answers_are_plain_data_only():
 
 
 def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_still_run(tmp_path):
-    from servelab_autograder import sandbox
+    from servelab_autograder.runner import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path / "lib", CHAPTER.references)
     cell = tmp_path / "cells.py"
@@ -438,9 +435,9 @@ def test_the_grading_library_has_no_references_of_this_chapter_and_the_drivers_s
 def test_verdicts_need_no_asserts():
     script = textwrap.dedent(f"""
         import json
-        from servelab_autograder import verdicts
+        from servelab_autograder.judge import verdicts
         from servelab_autograder.exercises import probe
-        from servelab_autograder.checks import ch06 as table
+        from servelab_autograder.judge.checks import ch06 as table
         P = verdicts.Pitfalls(table.CHAPTER, {str(ROOT)!r})
         for name in (None, "traffic_one_product"):
             ns = dict(P.namespace(name))

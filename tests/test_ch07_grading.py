@@ -1,4 +1,4 @@
-"""Chapter 07 is graded from its table (servelab_autograder/checks/ch07.py), outside the learner's kernel: proved
+"""Chapter 07 is graded from its table (servelab_autograder/judge/checks/ch07.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -18,18 +18,19 @@ import random
 import textwrap
 
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
 import torch  # noqa: E402
 
 from servelab.engine import llm  # noqa: E402
-from servelab_autograder import release, verdicts  # noqa: E402
-from servelab_autograder.checks import ch07 as table  # noqa: E402
+from servelab_autograder import paths
 from servelab_autograder.exercises import ch07
+from servelab_autograder.judge import verdicts  # noqa: E402
+from servelab_autograder.judge.checks import ch07 as table  # noqa: E402
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch07_mini_engine"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
@@ -43,9 +44,6 @@ SEEDS = (0, 20261201)
 def notebook_namespace() -> dict:
     """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
     return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -181,7 +179,7 @@ def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
     import subprocess
     import sys
 
-    from servelab_autograder import sandbox
+    from servelab_autograder.runner import sandbox
 
     lib = sandbox.build_library(ROOT, tmp_path, CHAPTER.references)
     script = textwrap.dedent("""

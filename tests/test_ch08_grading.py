@@ -1,4 +1,4 @@
-"""Chapter 08 is graded from its table (servelab_autograder/checks/ch08.py), outside the learner's kernel: proved
+"""Chapter 08 is graded from its table (servelab_autograder/judge/checks/ch08.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -12,25 +12,21 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 from __future__ import annotations
 
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
-from servelab_autograder import release  # noqa: E402
-from servelab_autograder.checks import ch08 as table  # noqa: E402
+from servelab_autograder import paths
 from servelab_autograder.exercises import ch08
+from servelab_autograder.judge.checks import ch08 as table  # noqa: E402
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch08_preemption_and_kv_tiers"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
 P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
-SEEDS = (0, 20261201)
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1],
-                                 reference_seeds=range(1, 31)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():

@@ -1,4 +1,4 @@
-"""Chapter 09 is graded from its table (servelab_autograder/checks/ch09.py), outside the learner's kernel: proved
+"""Chapter 09 is graded from its table (servelab_autograder/judge/checks/ch09.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -11,35 +11,24 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
-import functools
 import math
 
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
 from servelab.analytic import capacity  # noqa: E402
 from servelab.analytic.costmodel import GPUSpec, ModelSpec  # noqa: E402
-from servelab_autograder import verdicts  # noqa: E402
-from servelab_autograder.checks import ch09 as table  # noqa: E402
 from servelab_autograder.exercises import ch09
+from servelab_autograder.judge import verdicts  # noqa: E402
+from servelab_autograder.judge.checks import ch09 as table  # noqa: E402
 
 A = "ch09_capacity_and_concurrency"
 CHAPTER = table.CHAPTER
 NB = Notebook(A)
 P = Proof(A, NB)
 solution, grade = P.solution, P.grade
-SEEDS = (0, 20261201)
-
-
-@functools.cache
-def notebook_namespace() -> dict:
-    return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace,
-                                 reference_seeds=range(1, 31)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():

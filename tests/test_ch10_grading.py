@@ -1,4 +1,4 @@
-"""Chapter 10 is graded from its table (servelab_autograder/checks/ch10.py), outside the learner's kernel: proved
+"""Chapter 10 is graded from its table (servelab_autograder/judge/checks/ch10.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -12,41 +12,22 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
-import functools
-
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
 from servelab.schedulers import async_scheduler  # noqa: E402
-from servelab_autograder.checks import ch10 as table  # noqa: E402
 from servelab_autograder.exercises import ch10  # noqa: E402
+from servelab_autograder.judge.checks import ch10 as table  # noqa: E402
 
 A = "ch10_async_scheduling"
 CHAPTER = table.CHAPTER
 
 
-class _Notebook(Notebook):
-    """The notebook as it runs while grading: the demo cells (the walkthrough, the simulator, the engine) are
-    skipped."""
-
-    def runs(self, meta: dict) -> bool:
-        return meta.get("grade_id") not in CHAPTER.demos
-
-
-NB = _Notebook(A)
+NB = Notebook(A, skip=CHAPTER.demos)
 P = Proof(A, NB)
 solution, grade = P.solution, P.grade
-SEEDS = (0, 20261201)
-
-
-@functools.cache
-def notebook_namespace() -> dict:
-    return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():

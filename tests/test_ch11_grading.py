@@ -1,4 +1,4 @@
-"""Chapter 11 is graded from its table (servelab_autograder/checks/ch11.py), outside the learner's kernel: proved
+"""Chapter 11 is graded from its table (servelab_autograder/judge/checks/ch11.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -12,42 +12,24 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
-import functools
 import importlib
 
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
-from servelab_autograder import verdicts  # noqa: E402
-from servelab_autograder.checks import ch11 as table  # noqa: E402
 from servelab_autograder.exercises import ch11
+from servelab_autograder.judge import verdicts  # noqa: E402
+from servelab_autograder.judge.checks import ch11 as table  # noqa: E402
 
 A = "ch11_speculative_decoding"
 CHAPTER = table.CHAPTER
 
 
-class _Notebook(Notebook):
-    """The demo cells (the library's references: plots, the worked trace, the simulator, the engine) are left out
-    of the visible tests' namespace: the test cells need the imports and the learner's functions only."""
-
-    def runs(self, meta: dict) -> bool:
-        return meta.get("grade_id") not in CHAPTER.demos
-
-
-NB = _Notebook(A)
+NB = Notebook(A, skip=CHAPTER.demos)
 P = Proof(A, NB)
 solution, grade = P.solution, P.grade
-SEEDS = (0, 20261201)
-
-
-@functools.cache
-def notebook_namespace() -> dict:
-    return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():

@@ -1,4 +1,4 @@
-"""Chapter 12 is graded from its table (servelab_autograder/checks/ch12.py), outside the learner's kernel: proved
+"""Chapter 12 is graded from its table (servelab_autograder/judge/checks/ch12.py), outside the learner's kernel: proved
 here in-process, through the same requests, plain-data answers and verdicts a sandboxed grading makes.
 
 - the solution passes every graded cell on two seeds; the released stubs fail every one;
@@ -12,42 +12,25 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
-import functools
 import math
 
 import matplotlib
-from grading_harness import Notebook, Proof, standard_proofs
+from grading_harness import Notebook, Proof
 
 matplotlib.use("Agg")
 
 from servelab.analytic import queueing  # noqa: E402
-from servelab_autograder import verdicts  # noqa: E402
-from servelab_autograder.checks import ch12 as table  # noqa: E402
 from servelab_autograder.exercises import ch12
+from servelab_autograder.judge import verdicts  # noqa: E402
+from servelab_autograder.judge.checks import ch12 as table  # noqa: E402
 
 A = "ch12_queueing_and_overload"
 CHAPTER = table.CHAPTER
 
 
-class _Notebook(Notebook):
-    def runs(self, meta: dict) -> bool:
-        """The demos (simulations and pictures) are left out: no visible test reads what they make."""
-        return meta.get("grade_id") not in CHAPTER.demos
-
-
-NB = _Notebook(A)
+NB = Notebook(A, skip=CHAPTER.demos)
 P = Proof(A, NB)
 solution, grade = P.solution, P.grade
-SEEDS = (0, 20261201)
-
-
-@functools.cache
-def notebook_namespace() -> dict:
-    return NB.namespace()
-
-
-globals().update(standard_proofs(P, SEEDS, patch_seeds=SEEDS[:1], visible_namespace=notebook_namespace,
-                                 reference_seeds=range(1, 31)))
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():

@@ -14,22 +14,26 @@ import json
 import nbformat
 import pytest
 
-from servelab_autograder import check, known_wrong, release, sandbox, submissions, verdicts
+from servelab_autograder import paths
+from servelab_autograder.course import check
+from servelab_autograder.judge import known_wrong, verdicts
+from servelab_autograder.runner import sandbox
+from servelab_autograder.testing import notebooks, submissions
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 A = "ch01_continuous_batching"
 
 
 def _learner_notebook():
     """The release with simulate_static solved, simulate_continuous holding a pitfall, drill_1 wrong."""
-    nb = submissions.load_release(A, ROOT)
-    solved = submissions.complete_submission(A, ROOT)
+    nb = notebooks.load_release(A, ROOT)
+    solved = notebooks.complete_submission(A, ROOT)
     wrong, _ = submissions.known_wrong(A, ROOT)["continuous_waits_for_batch"]
     answers = {"simulate_static": solved, "simulate_continuous": wrong}
     for cell in nb.cells:
-        gid = submissions.grade_id(cell)
+        gid = notebooks.grade_id(cell)
         if gid in answers:
-            cell.source = next(c.source for c in answers[gid].cells if submissions.grade_id(c) == gid)
+            cell.source = next(c.source for c in answers[gid].cells if notebooks.grade_id(c) == gid)
         elif gid == "drills":
             cell.source = "drill_1 = 299\n"
     return nb

@@ -1,4 +1,4 @@
-"""servelab_autograder.fanout's plain parts, in-process: what a Dask worker is given of the gradebook, and how the
+"""runner.fanout's plain parts, in-process: what a Dask worker is given of the gradebook, and how the
 head takes a worker's notebook in. tests/test_autograde.py grades on a real two-worker LocalCluster."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from servelab_autograder import fanout
+from servelab_autograder.runner import fanout
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from servelab_autograder import submissions
+from servelab_autograder.testing import notebooks, submissions
 
 pytestmark = pytest.mark.autograde
 
@@ -197,7 +198,6 @@ def learner(course, key: str, *argv: str) -> str:
 
 
 def _put_notebook(user: str, nb) -> None:
-    import nbformat
 
     path = Path(pwd.getpwnam(user).pw_dir) / CH / f"{CH}.ipynb"
     nbformat.write(nb, path)
@@ -231,7 +231,7 @@ def test_a_course_from_roster_to_feedback(course):
         learner(course, key, "submit", CH)
 
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(work, ("a", "b"), (submissions.complete_submission(CH, REPO), wrong_nb)))
+        list(pool.map(work, ("a", "b"), (notebooks.complete_submission(CH, REPO), wrong_nb)))
 
     # neither learner can find the other's submission, read the other's home or the instructor's gradebook
     inbound = course["exchange"] / "inbound"
@@ -247,8 +247,8 @@ def test_a_course_from_roster_to_feedback(course):
     with open(course["kay_course"] / "grades.csv", newline="") as fh:
         rows = {r["student"]: r for r in csv.DictReader(fh)}
     top = float(rows[names["a"]]["max_score"])
-    lost = sum(submissions.points(c) for c in submissions.load_source(CH, REPO).cells
-               if submissions.grade_id(c) in wrong["fails"])
+    lost = sum(notebooks.points(c) for c in notebooks.load_source(CH, REPO).cells
+               if notebooks.grade_id(c) in wrong["fails"])
     assert float(rows[names["a"]]["score"]) == top > 0, rows
     assert float(rows[names["b"]]["score"]) == top - lost < top, (wrong_name, rows)
     assert pwd.getpwuid((course["kay_course"] / "gradebook.db").stat().st_uid).pw_name == names["kay"]

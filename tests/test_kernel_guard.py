@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from servelab_autograder import grade, kernel_guard
-from servelab_autograder.limits import Limits, for_chapter, parse
+from servelab_autograder import paths
+from servelab_autograder.runner import kernel_guard, results, submission
+from servelab_autograder.runner.limits import Limits, for_chapter, parse
 
 CELL, NOTEBOOK = 1000, 2500
 
@@ -121,29 +122,29 @@ def test_a_lone_surrogate_is_malformed_not_a_grader_error(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text('{"cells": [{"cell_type": "markdown", "metadata": {}, "source": "\\ud800"}], '
                     '"metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    with pytest.raises(grade.Rejected) as err:
-        grade.load_submission(path)
+    with pytest.raises(submission.Rejected) as err:
+        submission.load_submission(path)
     assert err.value.status == "malformed" and "lone surrogate" in err.value.message and "\\ud800" in err.value.message
 
 
 def test_results_are_written_at_once_and_a_new_run_moves_the_old_ones_aside(tmp_path):
-    one = grade.Outcome("ada", "ch01_x", 3, 17, "graded", "fine", 1.5, "abc")
-    grade.save_result(tmp_path, one)
-    assert grade.load_results(tmp_path) == {("ch01_x", "ada"): one}
+    one = results.Outcome("ada", "ch01_x", 3, 17, "graded", "fine", 1.5, "abc")
+    results.save_result(tmp_path, one)
+    assert results.load_results(tmp_path) == {("ch01_x", "ada"): one}
     assert not list((tmp_path / "results" / "ch01_x").glob(".*"))  # no temporary file left behind
-    grade.write_csv(tmp_path / "grades.csv", [one])
-    moved = grade.move_aside(tmp_path)
+    results.write_csv(tmp_path / "grades.csv", [one])
+    moved = results.move_aside(tmp_path)
     assert (moved / "grades.csv").is_file() and (moved / "results" / "ch01_x" / "ada.json").is_file()
-    assert not (tmp_path / "grades.csv").exists() and grade.load_results(tmp_path) == {}
-    assert grade.move_aside(tmp_path) is None
+    assert not (tmp_path / "grades.csv").exists() and results.load_results(tmp_path) == {}
+    assert results.move_aside(tmp_path) is None
 
 
 def test_a_feedback_page_shows_each_demo_cells_released_figures():
     """A demo cell shows the reference, which the sandbox does not have, so it is not run while grading; the
     feedback page shows what the release keeps for it (a picture, a trace) rather than an empty cell."""
-    from servelab_autograder import release, verdicts
+    from servelab_autograder.judge import verdicts
 
-    for a in release.chapters():
+    for a in paths.chapters():
         chapter = verdicts.table(a)
         shown = kernel_guard.released_outputs(a, set(chapter.demos))
         assert set(shown) <= set(chapter.demos), a

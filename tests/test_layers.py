@@ -1,6 +1,6 @@
-"""The packages' shape: servelab's layers import only downward, neither package has an import cycle (function-level
-imports count), no module grows past 600 lines, and every old module path still works, with a warning that
-names the new place."""
+"""The packages' shape: servelab's layers and the grader's trust sides import only downward, neither package has an
+import cycle (function-level imports count), no module grows past 600 lines, and every old module path still works,
+with a warning that names the new place."""
 
 import ast
 import importlib
@@ -19,7 +19,11 @@ PACKAGES = {"servelab": ROOT / "lib" / "servelab", "servelab_autograder": ROOT /
 # another package of its own rank (engine and simulator are peers)
 LAYERS = [("servelab._moved",), ("servelab.analytic",), ("servelab.kernels",), ("servelab.schedulers",),
           ("servelab.engine", "servelab.simulator"), ("servelab.plots",), ("servelab.claims",)]
-RANK = {pkg: i for i, pkgs in enumerate(LAYERS) for pkg in pkgs}
+# the grader's packages, lowest first: the kernel side, then the trusted side by what it needs
+GRADER_LAYERS = [("servelab_autograder._moved",), ("servelab_autograder.exercises",), ("servelab_autograder.paths",),
+                 ("servelab_autograder.judge",), ("servelab_autograder.runner",), ("servelab_autograder.course",),
+                 ("servelab_autograder.testing",)]
+RANK = {pkg: i for layers in (LAYERS, GRADER_LAYERS) for i, pkgs in enumerate(layers) for pkg in pkgs}
 
 MAX_LINES = 600
 # modules still over MAX_LINES, each at most its size when the limit came in: the architecture issue splits them
@@ -28,10 +32,6 @@ KNOWN_LARGE = {
     "servelab_autograder.exercises.ch02": 740,
     "servelab_autograder.exercises.ch04": 1177,
     "servelab_autograder.exercises.ch06": 675,
-    "servelab_autograder.grade": 1120,
-    "servelab_autograder.mutants": 640,
-    "servelab_autograder.release": 795,
-    "servelab_autograder.submissions": 809,
 }
 
 
@@ -77,24 +77,49 @@ def _layer(module: str) -> str | None:
                 None)
 
 
-def test_every_servelab_module_has_a_layer():
-    loose = sorted(m for m in MODULES if m.startswith("servelab.") and m not in OLD and _layer(m) is None)
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+@pytest.mark.parametrize("top", sorted(PACKAGES))
+def test_every_module_has_a_layer(top):
+    loose = sorted(m for m in MODULES if _top(m) == top and m != top and m not in OLD and _layer(m) is None)
     assert not loose, f"modules outside every layer (put each in one of {sorted(RANK)}): {loose}"
 
 
-def test_servelab_imports_point_only_downward():
+@pytest.mark.parametrize("top", sorted(PACKAGES))
+def test_imports_point_only_downward(top):
     bad = []
     for name, deps in GRAPH.items():
         mine = _layer(name)
-        if mine is None:
+        if mine is None or _top(name) != top:
             continue
         for dep in deps:
             theirs = _layer(dep)
             if dep in OLD:
                 bad.append(f"{name} imports {dep}, an old path: import {OLD_PATHS[dep]}")
+            elif _top(dep) != top:
+                continue   # the grader uses the library (the other way round is the next test)
             elif theirs is not None and theirs != mine and RANK[theirs] >= RANK[mine]:
                 bad.append(f"{name} (layer {RANK[mine]}) imports {dep} (layer {RANK[theirs]})")
     assert not bad, "\n".join(sorted(bad))
+
+
+def test_the_library_never_imports_the_grader():
+    bad = sorted(f"{name} imports {dep}" for name, deps in GRAPH.items() if _top(name) == "servelab"
+                 for dep in deps if _top(dep) == "servelab_autograder")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_test_catches_an_upward_import():
+    saved = {k: set(v) for k, v in GRAPH.items()}
+    try:
+        GRAPH["servelab_autograder.judge.verdicts"].add("servelab_autograder.runner.sandbox")
+        with pytest.raises(AssertionError, match=r"judge\.verdicts \(layer 3\) imports servelab_autograder\.runner"):
+            test_imports_point_only_downward("servelab_autograder")
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
 
 
 def _cycles() -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""Mutation testing of the hidden tests (servelab_autograder/mutants.py): its operators on a small function, and the
+"""Mutation testing of the hidden tests (judge/mutants.py): its operators on a small function, and the
 committed lists of equivalent programs (autograder/mutants/<assignment>.toml) still matching what they explain.
 
 The mutation run itself (`make mutants`) grades thousands of programs and stays out of `make test`; this module
@@ -12,9 +12,10 @@ import textwrap
 
 import pytest
 
-from servelab_autograder import checks, mutants, release, verdicts
+from servelab_autograder import paths
+from servelab_autograder.judge import checks, mutants, mutate, verdicts
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 
 SMALL = textwrap.dedent('''
     def f(xs, n):
@@ -43,7 +44,7 @@ def _by_operator(ms):
 
 @pytest.fixture(scope="module")
 def small():
-    return _by_operator(mutants.mutate("f", SMALL))
+    return _by_operator(mutate.mutate("f", SMALL))
 
 
 def test_every_operator_the_contract_names_makes_mutants(small):
@@ -72,26 +73,26 @@ def test_docstrings_messages_and_prints_are_not_mutated(small):
 
 
 def test_ints_become_floats_only_where_the_solution_returned_ints():
-    seen = mutants.Seen()
+    seen = mutate.Seen()
     ns: dict = {"__mutant_seen__": seen}
     source = "def g(a):\n    if a:\n        return a * 2, 0.5\n    return 1.5\n"
-    exec(mutants.instrument("g", source), ns)
+    exec(mutate.instrument("g", source), ns)
     ns["g"](3), ns["g"](0)
-    lines = [m.line for m in mutants.mutate("g", source, seen) if m.operator == "numtype"]
+    lines = [m.line for m in mutate.mutate("g", source, seen) if m.operator == "numtype"]
     assert sorted(lines) == ["return (a * 2, 0.5) -> return (a * 2, int(0.5))",
                              "return (a * 2, 0.5) -> return (float(a * 2), 0.5)",
                              "return 1.5 -> return int(1.5)"]
 
 
 def test_ids_are_stable_and_tell_mutants_apart():
-    first, second = mutants.mutate("f", SMALL), mutants.mutate("f", SMALL)
+    first, second = mutate.mutate("f", SMALL), mutate.mutate("f", SMALL)
     assert [m.id for m in first] == [m.id for m in second]
     assert len({m.id for m in first}) == len(first) == len({m.source for m in first})
     original = ast.unparse(ast.parse(SMALL))
     for m in first:
         assert m.source != original
         compile(m.source, "f", "exec")
-    assert {m.id for m in mutants.mutate("h", SMALL)}.isdisjoint(m.id for m in first)   # the exercise counts
+    assert {m.id for m in mutate.mutate("h", SMALL)}.isdisjoint(m.id for m in first)   # the exercise counts
 
 
 def test_a_mutant_is_graded_on_its_own_cells_and_killed_at_its_first_failing_case():
@@ -99,11 +100,11 @@ def test_a_mutant_is_graded_on_its_own_cells_and_killed_at_its_first_failing_cas
     prep = mutants.Prepared(chapter, verdicts.Pitfalls(chapter, ROOT), None, [])
     prep.base = prep.pitfalls.namespace(None)
     src = prep.pitfalls.solution["lower_bound"]
-    m = next(m for m in mutants.mutate("lower_bound", src) if "-(-sum(out_lens) // B)" in m.line
+    m = next(m for m in mutate.mutate("lower_bound", src) if "-(-sum(out_lens) // B)" in m.line
              and "sum(out_lens) / B" in m.line)
     outcome, detail = mutants.grade_mutant(prep, m)
     assert outcome == "killed" and detail.startswith("test_lower_bound:"), detail
-    same = mutants.Mutant("x", "lower_bound", "none", src.replace("if not out_lens:", "if len(out_lens) == 0:"), "")
+    same = mutate.Mutant("x", "lower_bound", "none", src.replace("if not out_lens:", "if len(out_lens) == 0:"), "")
     assert mutants.grade_mutant(prep, same) == ("survived", "test_lower_bound")
 
 
@@ -115,7 +116,7 @@ def test_the_committed_equivalents_are_still_generated_and_explained(assignment)
     chapter = verdicts.table(assignment)
     pitfalls = verdicts.Pitfalls(chapter, ROOT)
     seen = mutants.observe(chapter, pitfalls) if any(e["operator"] == "numtype" for e in listed.values()) else None
-    made = {m.id: m for cell, src in pitfalls.solution.items() for m in mutants.mutate(cell, src, seen)}
+    made = {m.id: m for cell, src in pitfalls.solution.items() for m in mutate.mutate(cell, src, seen)}
     for mid, entry in listed.items():
         assert mid in made, f"{assignment}: equivalent {mid} ({entry.get('line')}) is no longer generated"
         m = made[mid]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from servelab_autograder import known_wrong
 from servelab_autograder.exercises import plain, probe
+from servelab_autograder.judge import known_wrong
 
 
 def roundtrip(x):

@@ -2,7 +2,7 @@
 
 - every chapter in solutions/ has its release in course/;
 - course/ is what a fresh `nbgrader generate_assignment` into a temporary folder makes, compared as JSON the way
-  `python -m servelab_autograder.release --check` compares it (the command itself is run on one chapter); a
+  `python -m servelab_autograder.course.release --check` compares it (the command itself is run on one chapter); a
   learner's answers in course/ are tolerated as long as the committed notebook is current;
 - no nbgrader marker and no line of any solution region or hidden-test block reaches course/ (and the
   scanner does catch a planted leak);
@@ -22,15 +22,17 @@ import sys
 
 import pytest
 
-from servelab_autograder import release
+from servelab_autograder import paths
+from servelab_autograder.course import leaks, release
+from servelab_autograder.runner import nbgrader_process
 
-ROOT = release.repo_root()
-CHAPTERS = release.chapters(ROOT)
+ROOT = paths.repo_root()
+CHAPTERS = paths.chapters(ROOT)
 ENDS = sorted({CHAPTERS[0], CHAPTERS[-1]}) if CHAPTERS else []   # the first and the newest chapter
 
 
 def _env():
-    return release.venv_path_env()
+    return nbgrader_process.venv_path_env()
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +46,9 @@ def fresh(tmp_path_factory):
 
 def _pristine(assignment, fresh) -> bool:
     """course/<a> is byte-for-byte (as JSON) the fresh build, i.e. holds no learner answers."""
-    course = release.release_notebook(ROOT, assignment)
+    course = paths.release_notebook(ROOT, assignment)
     return course.is_file() and release.comparable(course) == \
-        release.comparable(release.release_notebook(ROOT, assignment, fresh))
+        release.comparable(paths.release_notebook(ROOT, assignment, fresh))
 
 
 def test_there_are_chapters():
@@ -55,7 +57,7 @@ def test_there_are_chapters():
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_every_chapter_has_a_release(assignment):
-    path = release.release_notebook(ROOT, assignment)
+    path = paths.release_notebook(ROOT, assignment)
     assert path.is_file(), f"{path} is missing: run `make release`"
 
 
@@ -68,58 +70,58 @@ def test_course_is_what_generate_assignment_makes(assignment, fresh):
 
 def test_release_check_passes_from_the_command_line():
     """The command itself, on the first chapter (it builds its own release: the comparison is proved above)."""
-    proc = subprocess.run([sys.executable, "-m", "servelab_autograder.release", "--check", CHAPTERS[0]], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "servelab_autograder.course.release", "--check", CHAPTERS[0]],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"course/ is stale or leaks (run `make release`):\n{proc.stdout}{proc.stderr}"
     assert f"ok    {CHAPTERS[0]}" in proc.stdout
 
 
 def test_no_solution_or_hidden_test_text_in_course(fresh):
     # what generate_assignment makes now, and what sits in course/ (unless it holds a learner's answers)
-    leaks = release.find_leaks(ROOT, CHAPTERS, release_dir=fresh)
-    leaks += release.find_leaks(ROOT, [a for a in CHAPTERS if _pristine(a, fresh)])
-    assert not leaks, "the release gives away solutions or hidden tests:\n" + "\n".join(leaks[:30])
+    found = leaks.find_leaks(ROOT, CHAPTERS, release_dir=fresh)
+    found += leaks.find_leaks(ROOT, [a for a in CHAPTERS if _pristine(a, fresh)])
+    assert not found, "the release gives away solutions or hidden tests:\n" + "\n".join(found[:30])
 
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_solution_regions_hold_secrets(assignment):
     """The leak scan is only meaningful if it has something to look for."""
-    assert release.secret_lines(release.source_notebook(ROOT, assignment)), \
+    assert leaks.secret_lines(paths.source_notebook(ROOT, assignment)), \
         f"{assignment}: no solution or hidden-test lines found"
 
 
 @pytest.mark.parametrize("assignment", CHAPTERS)
 def test_leak_scanner_catches_a_planted_leak(assignment, fresh, tmp_path):
-    from servelab_autograder.execute import graded
+    from servelab_autograder.course.execute import graded
 
-    built = release.release_notebook(ROOT, assignment, fresh)
-    secret = sorted(release.secret_lines(release.source_notebook(ROOT, assignment)), key=len)[-1]
+    built = paths.release_notebook(ROOT, assignment, fresh)
+    secret = sorted(leaks.secret_lines(paths.source_notebook(ROOT, assignment)), key=len)[-1]
     folder = tmp_path / assignment
     shutil.copytree(built.parent, folder)
     nb = json.loads((folder / built.name).read_text(encoding="utf-8"))
     code = next(c for c in nb["cells"] if c["cell_type"] == "code")
     code["source"] = "".join(code["source"]) + "\n    " + secret + "\n### BEGIN HIDDEN TESTS\n"
-    answers = [(name, value) for name, value, _ in release.drill_answers(assignment)
+    answers = [(name, value) for name, value, _ in leaks.drill_answers(assignment)
                if not (value.is_integer() and abs(value) < 10)]
     if answers:  # a drill's answer printed by a cell the release keeps the outputs of
         shown = next(c for c in nb["cells"] if c["cell_type"] == "code" and not graded(c))
         shown["outputs"] = [{"output_type": "stream", "name": "stdout", "text": f"total: {answers[0][1]:.6g} steps\n"}]
     (folder / built.name).write_text(json.dumps(nb), encoding="utf-8")
     (folder / "notes.txt").write_text(f"{secret}\n", encoding="utf-8")
-    leaks = release.find_leaks(ROOT, [assignment], release_dir=tmp_path)
-    assert any("BEGIN HIDDEN TESTS" in leak for leak in leaks), leaks
-    assert sum(repr(secret) in leak for leak in leaks) == 2, leaks
+    found = leaks.find_leaks(ROOT, [assignment], release_dir=tmp_path)
+    assert any("BEGIN HIDDEN TESTS" in leak for leak in found), found
+    assert sum(repr(secret) in leak for leak in found) == 2, found
     if answers:
-        assert any(f"the answer to {answers[0][0]}" in leak for leak in leaks), leaks
+        assert any(f"the answer to {answers[0][0]}" in leak for leak in found), found
 
 
 def test_release_keeps_outputs_of_ungraded_cells_only():
     """The pictures a learner sees before Run All: ungraded cells that ran with the stubs keep their outputs
     (nbval compares them with a fresh run, see conftest.py); graded cells never hold any."""
-    from servelab_autograder.execute import graded
+    from servelab_autograder.course.execute import graded
 
     for a in CHAPTERS:
-        nb = json.loads(release.release_notebook(ROOT, a).read_text(encoding="utf-8"))
+        nb = json.loads(paths.release_notebook(ROOT, a).read_text(encoding="utf-8"))
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert not [c["id"] for c in code if graded(c) and (c["outputs"] or c["execution_count"])], a
         assert any(c["outputs"] for c in code if not graded(c)), f"{a}: the release keeps no outputs"
@@ -129,7 +131,7 @@ def test_release_keeps_outputs_of_ungraded_cells_only():
 def test_learner_answers_are_not_a_stale_release(assignment, fresh, tmp_path):
     """A learner working in course/ (answers, outputs, scratch cells) does not make --check fail, but
     any change to what the release itself contains does."""
-    built = release.release_notebook(ROOT, assignment, fresh)
+    built = paths.release_notebook(ROOT, assignment, fresh)
     nb = json.loads(built.read_text(encoding="utf-8"))
     mine = tmp_path / "mine.ipynb"
     for cell in nb["cells"]:
@@ -161,7 +163,7 @@ def _validator(invert: bool):
 
 @pytest.mark.parametrize("assignment", ENDS)
 def test_validator_passes_the_solutions(assignment):
-    result = _validator(invert=False).validate(str(release.source_notebook(ROOT, assignment)))
+    result = _validator(invert=False).validate(str(paths.source_notebook(ROOT, assignment)))
     problems = {k: v for k, v in result.items() if v}
     detail = "\n".join(f"{k}: {item.get('raw_error') or item.get('source', '')[:300]}"
                        for k, items in problems.items() for item in items)
@@ -170,9 +172,9 @@ def test_validator_passes_the_solutions(assignment):
 
 @pytest.mark.parametrize("assignment", ENDS)
 def test_validator_fails_the_release(assignment, fresh):
-    path = release.release_notebook(ROOT, assignment)
+    path = paths.release_notebook(ROOT, assignment)
     if not _pristine(assignment, fresh):  # missing (test above fails) or holds a learner's answers
-        path = release.release_notebook(ROOT, assignment, fresh)
+        path = paths.release_notebook(ROOT, assignment, fresh)
     result = _validator(invert=True).validate(str(path))
     assert not result.get("changed"), f"{assignment}: release checksums do not match its locked cells"
     passing = [item["source"].splitlines()[0] if item["source"] else "" for item in result.get("passed", [])]
@@ -184,18 +186,18 @@ def test_release_is_byte_stable(fresh, tmp_path):
     first and the newest chapter: stability is the tool's property (the fixture already released every chapter)."""
     for a in ENDS:
         run = release.generate(ROOT, a, release_dir=tmp_path, db=False)
-        assert run.returncode == 0, release.last_error(run.output)
-        again = release.release_notebook(ROOT, a, tmp_path).read_bytes()
-        assert again == release.release_notebook(ROOT, a, fresh).read_bytes(), a
+        assert run.returncode == 0, nbgrader_process.last_error(run.output)
+        again = paths.release_notebook(ROOT, a, tmp_path).read_bytes()
+        assert again == paths.release_notebook(ROOT, a, fresh).read_bytes(), a
 
 
 def test_start_page_maps_every_chapter():
     """course/README.md, the page `make lab` opens first: one row per chapter, each linking its notebook."""
     import re
 
-    page = (ROOT / release.RELEASE_DIR / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / paths.RELEASE_DIR / "README.md").read_text(encoding="utf-8")
     links = dict(re.findall(r"\| \[(ch\d\d_\w+)\]\(([^)]+)\)", page))
     assert sorted(links) == CHAPTERS, f"the start page lists {sorted(links)}, the course has {CHAPTERS}"
     for a, target in links.items():
-        assert (ROOT / release.RELEASE_DIR / target).resolve() == release.release_notebook(ROOT, a).resolve(), a
+        assert (ROOT / paths.RELEASE_DIR / target).resolve() == paths.release_notebook(ROOT, a).resolve(), a
     assert "make check" in page and "make check CH=" in page

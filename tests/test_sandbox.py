@@ -1,7 +1,7 @@
 """The grading sandbox, proved from inside: each limit holds, nothing of the grader is visible or writable,
 no network, no process outlives it, and the grader refuses to grade where a sandbox cannot be made.
 
-Each test runs a few lines of Python inside a fresh :class:`servelab_autograder.sandbox.Sandbox` (bwrap, as
+Each test runs a few lines of Python inside a fresh :class:`servelab_autograder.runner.sandbox.Sandbox` (bwrap, as
 the grader makes it for a kernel) and reads what they print. ``make test`` installs bubblewrap and, as
 root, the sandbox users (``make sandbox-deps``); without them these tests fail with the grader's own reason.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab_autograder import procs, sandbox
-from servelab_autograder.limits import GiB, Limits, MiB
+from servelab_autograder.runner import procs, sandbox
+from servelab_autograder.runner.limits import GiB, Limits, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -349,7 +349,7 @@ def test_the_grader_refuses_to_grade_without_a_sandbox(tmp_path):
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bindir)}
-    done = subprocess.run([sys.executable, "-m", "servelab_autograder.grade", str(tmp_path / "subs"), "--out",
+    done = subprocess.run([sys.executable, "-m", "servelab_autograder.runner.grade", str(tmp_path / "subs"), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()

@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import shutil
 
-from servelab_autograder import release, submissions
+import nbformat
 
-ROOT = release.repo_root()
+from servelab_autograder import paths
+from servelab_autograder.course import release
+from servelab_autograder.runner import results
+from servelab_autograder.testing import notebooks
+
+ROOT = paths.repo_root()
 A = "ch01_continuous_batching"
 
 
 def _solution_sources(nb) -> list[str]:
-    return [c.source for c in nb.cells if submissions.is_solution(c)]
+    return [c.source for c in nb.cells if notebooks.is_solution(c)]
 
 
 def test_stubs_ignore_a_course_notebook_a_learner_filled_in(tmp_path):
@@ -22,24 +27,24 @@ def test_stubs_ignore_a_course_notebook_a_learner_filled_in(tmp_path):
         src, dst = ROOT / rel, tmp_path / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
-    course = release.release_notebook(tmp_path, A)
+    course = paths.release_notebook(tmp_path, A)
     course.parent.mkdir(parents=True)
-    filled = json.loads(release.release_notebook(ROOT, A).read_text())
-    answers = submissions.solution_code(A, ROOT)
+    filled = json.loads(paths.release_notebook(ROOT, A).read_text())
+    answers = notebooks.solution_code(A, ROOT)
     for cell in filled["cells"]:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         if gid in answers:
             cell["source"] = answers[gid]
     course.write_text(json.dumps(filled))
 
-    stubs = submissions.load_release(A, tmp_path)
+    stubs = notebooks.load_release(A, tmp_path)
     sources = _solution_sources(stubs)
     assert sources and all("raise NotImplementedError()" in s for s in sources), sources
     assert not any("raise NotImplementedError()" in s for s in _solution_sources(
-        submissions.nbformat.reads(course.read_text(), as_version=4))), "the copy's course/ should hold answers"
+        nbformat.reads(course.read_text(), as_version=4))), "the copy's course/ should hold answers"
     # and it is the release make release builds
-    assert release.comparable(submissions.fresh_release(A, tmp_path)) == \
-        release.comparable(release.release_notebook(ROOT, A))
+    assert release.comparable(notebooks.fresh_release(A, tmp_path)) == \
+        release.comparable(paths.release_notebook(ROOT, A))
 
 
 def test_everything_the_grader_writes_is_git_ignored():
@@ -47,9 +52,9 @@ def test_everything_the_grader_writes_is_git_ignored():
     must not commit any of it."""
     import subprocess
 
-    from servelab_autograder import check, grade
+    from servelab_autograder.course import check
     out = ROOT / "autograder"
-    written = [out / grade.RESULTS / A / "someone.json", out / grade.PREVIOUS / "20260101" / "grades.csv",
+    written = [out / results.RESULTS / A / "someone.json", out / results.PREVIOUS / "20260101" / "grades.csv",
                out / "grades.csv", out / "gradebook.db", out / "autograded" / "someone" / A / "x.ipynb",
                out / "feedback" / "someone" / A / "x.html", out / "runs" / "grade-logs" / "x.log",
                out / "submitted" / "someone" / A / "x.ipynb", ROOT / check.STATE / check.PROGRESS,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 import json
 
-from servelab_autograder import release
+from servelab_autograder import paths
 
-ROOT = release.repo_root()
+ROOT = paths.repo_root()
 
 # Test cells whose bare asserts are known and not yet given a message (none now): a cell listed here must get a
 # message, and leave this list, when its notebook is next edited.
@@ -42,11 +42,11 @@ def test_bare_asserts_are_found():
 
 
 def test_every_visible_assert_has_a_message():
-    chapters = release.chapters(ROOT)
+    chapters = paths.chapters(ROOT)
     assert len(chapters) == 13, chapters
     bare = {}
     for a in chapters:
-        nb = json.loads(release.source_notebook(ROOT, a).read_text())
+        nb = json.loads(paths.source_notebook(ROOT, a).read_text())
         for gid, lines in bare_asserts(nb).items():
             bare[(a, gid)] = lines
     unexpected = {k: v for k, v in bare.items() if k not in KNOWN_BARE}

@@ -4,7 +4,7 @@
 read (converted to plain ``int`` / ``float`` / ``list``, never compared as the learner built it) and shown.
 :func:`diagnose` is a visible assert's message: the input, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this input. The hidden
-cases and the verdicts are the grader's (``servelab_autograder.checks.ch01``), outside the learner's kernel.
+cases and the verdicts are the grader's (``servelab_autograder.judge.checks.ch01``), outside the learner's kernel.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ input of its own, so nothing here is a reference to copy.
 
 :data:`SPECS` holds each exercise (its driver, how a result is read and shown); :func:`diagnose` is a visible
 assert's message; :func:`compare_scheduler` runs the learner's whole Scheduler on the chapter's workloads.
-The hidden cases and the verdicts are the grader's (``servelab_autograder.checks.ch02``).
+The hidden cases and the verdicts are the grader's (``servelab_autograder.judge.checks.ch02``).
 """
 
 from __future__ import annotations

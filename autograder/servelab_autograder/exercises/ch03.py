@@ -9,7 +9,7 @@ driver (``drive_*``) rebuilds the objects there, calls the function once and han
 
 :func:`diagnose` is a visible assert's message: the input, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this input. The hidden cases
-and the verdicts are the grader's (``servelab_autograder.checks.ch03``), outside the learner's kernel.
+and the verdicts are the grader's (``servelab_autograder.judge.checks.ch03``), outside the learner's kernel.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ The whole class (the cell that assembles the learner's five functions) is driven
 
 :data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The workloads live here (the
 notebook's walk-throughs and visible checks, one per pitfall) so that a learner's visible check can name a
-pitfall; the grader adds random ones (``servelab_autograder.checks.ch04``), and
+pitfall; the grader adds random ones (``servelab_autograder.judge.checks.ch04``), and
 :mod:`servelab_autograder.exercises.ch05` reuses the state, the workloads and their recordings for the locks and
 eviction.
 """

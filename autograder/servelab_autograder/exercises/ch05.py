@@ -22,7 +22,7 @@ sizes and the tree. The model reads each request's context back through its KV s
 handed to two owners shows up as a wrong token.
 
 :data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The random workloads and the
-verdicts are the grader's (``servelab_autograder.checks.ch05``).
+verdicts are the grader's (``servelab_autograder.judge.checks.ch05``).
 """
 
 from __future__ import annotations

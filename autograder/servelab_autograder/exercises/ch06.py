@@ -20,7 +20,7 @@ What a driver's inputs make visible in the returned data:
 
 :func:`diagnose` is a visible assert's message: the case, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this case. The hidden cases
-and the verdicts are the grader's (``servelab_autograder.checks.ch06``), outside the learner's kernel.
+and the verdicts are the grader's (``servelab_autograder.judge.checks.ch06``), outside the learner's kernel.
 """
 
 from __future__ import annotations

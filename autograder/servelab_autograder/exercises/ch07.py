@@ -19,7 +19,7 @@ queries against its context read back through its block table). Each is run by a
 
 :func:`diagnose` is a visible assert's message: the case, what came back, what was expected, the first field
 and row that differ, and the pitfall's name on the first line when the chapter's atlas knows what that mistake
-returns on this case. The hidden cases and the verdicts are the grader's (``servelab_autograder.checks.ch07``),
+returns on this case. The hidden cases and the verdicts are the grader's (``servelab_autograder.judge.checks.ch07``),
 outside the learner's kernel.
 """
 

@@ -11,7 +11,7 @@ driver with the reference. ``postprocess`` calls no other exercise, so nothing i
 ``wasted_work`` (a trace as plain data) and ``overlap_speedup`` (two numbers) are plain functions.
 
 :data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The hidden cases and the
-verdicts are the grader's (``servelab_autograder.checks.ch10``).
+verdicts are the grader's (``servelab_autograder.judge.checks.ch10``).
 """
 
 from __future__ import annotations

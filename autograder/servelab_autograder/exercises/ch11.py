@@ -11,7 +11,7 @@ take and give back blocks through the block manager's own ``_allocate_block`` / 
 
 A model or a GPU crosses to the learner's kernel as the dict of its fields (:func:`case`); a driver rebuilds the
 ``ModelSpec`` / ``GPUSpec`` there. :func:`diagnose` is a visible assert's message; the hidden cases and the
-verdicts are the grader's (``servelab_autograder.checks.ch11``), outside the learner's kernel.
+verdicts are the grader's (``servelab_autograder.judge.checks.ch11``), outside the learner's kernel.
 """
 
 from __future__ import annotations

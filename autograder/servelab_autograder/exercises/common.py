@@ -5,7 +5,7 @@
   converted to plain values (never compared as it is);
 - :func:`not_filled`: the message for a stub still raising NotImplementedError.
 
-Verdicts are made outside the learner's kernel (``servelab_autograder.verdicts``): nothing here needs to watch
+Verdicts are made outside the learner's kernel (``servelab_autograder.judge.verdicts``): nothing here needs to watch
 the learner's code, and nothing here decides a score.
 """
 

@@ -3,7 +3,7 @@
 One :class:`Spec` per exercise, in the chapter's learner-facing module (``servelab_autograder.chNN``). The
 learner's notebook uses it to explain a failing visible assert (:func:`diagnose`, run in the learner's own
 kernel with the library's reference); the grader uses the same one, outside the learner's kernel, to judge
-what the learner's code returned on the grader's cases (``servelab_autograder.verdicts``). Either way the
+what the learner's code returned on the grader's cases (``servelab_autograder.judge.verdicts``). Either way the
 learner's result first becomes plain data (:mod:`servelab_autograder.exercises.plain`, through
 :func:`servelab_autograder.exercises.probe.answer`), so the two can never disagree about what the code returned.
 
@@ -246,7 +246,7 @@ def atlas_path(assignment: str) -> Path:
 @functools.cache
 def atlas(assignment: str) -> dict:
     """What each of the chapter's pitfalls returns on its fixed cases (made by ``python -m
-    servelab_autograder.verdicts`` from the known-wrong patches); {} when there is none."""
+    servelab_autograder.judge.verdicts`` from the known-wrong patches); {} when there is none."""
     try:
         return json.loads(atlas_path(assignment).read_text(encoding="utf-8"))
     except (OSError, ValueError):

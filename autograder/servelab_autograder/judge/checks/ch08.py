@@ -1,0 +1,223 @@
+"""Chapter 08's grading table: each test cell, the exercise it grades and its cases; the drills' answers.
+
+Fixed cases come first (the notebook's and the visible asserts', then one for each pitfall, then edge cases): the
+pitfall atlas of the learner-facing module is made from them. The random ones are drawn from the run's seed.
+Arguments are plain data made by ``ch08.case`` (a model or GPU as its fields).
+
+What the sandbox's library lacks while this chapter grades (``references``), and what stays:
+
+- every function of ``servelab.analytic.kv_tiers`` the exercises or the drills could be answered with is blocked
+  (``recompute_time``, ``break_even_bandwidth``, ``effective_copy_bandwidth``, ``break_even_copy_bytes``,
+  ``swap_copies``, ``swap_copy_bytes``, ``swap_time``); its constants stay (the notebook's setup reads them).
+- ``costmodel.step_cost`` stays: recompute_time is written with it (its FLOPs, at a fraction of peak, are the
+  exercise; a call that divides by the peak alone, or prices a one-token step, fails the cases), and drill 6 asks
+  when it turns compute-bound.
+- ``servelab.simulator`` (whose ``Swap`` prices copies with ``kv_tiers.swap_time``) and ``servelab.plots.kv`` (which
+  draws ``effective_copy_bandwidth``) are used only by the walkthrough's cells, which are demos: not run while
+  grading. setup_1 (imports) and setup_2 (the assumptions, read from constants) run as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+from servelab.analytic import costmodel
+from servelab.analytic import kv_tiers as K
+from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
+from servelab_autograder import paths
+from servelab_autograder.exercises import ch08, common, spec
+from servelab_autograder.judge import known_wrong
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+
+S = ch08.SPECS
+case = ch08.case
+PAIRS = [(LLAMA2_7B, H100_SXM), (LLAMA3_8B, H100_SXM), (LLAMA3_8B, H200), (LLAMA31_8B, H100_SXM), (LLAMA2_7B, H200)]
+TINY = ModelSpec("tiny, MQA", num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=1, head_dim=64,
+                 intermediate_size=512, vocab_size=1000)
+A100ISH = GPUSpec("a 312 TFLOP/s GPU", peak_flops=312e12, hbm_bandwidth=2.0e12, memory_bytes=80e9)
+
+
+def _fp8(model) -> ModelSpec:
+    return dataclasses.replace(model, name=f"{model.name}, fp8 KV", bytes_per_kv_element=1)
+
+
+def _random_model(rng: random.Random, k: int) -> dict:
+    kv, group = rng.choice([1, 2, 4, 8, 8, 16]), rng.choice([1, 2, 4, 8])
+    head_dim = rng.choice([64, 80, 128, 128, 256])
+    hidden = kv * group * head_dim if rng.random() < 0.7 else rng.choice([2048, 4096, 5120])
+    return {"name": f"random model {k}", "num_layers": rng.randint(1, 80), "hidden_size": hidden,
+            "num_heads": kv * group, "num_kv_heads": kv, "head_dim": head_dim, "intermediate_size": 3 * hidden,
+            "vocab_size": rng.choice([32000, 128256, 151936]), "bytes_per_param": 2,
+            "bytes_per_kv_element": rng.choice([2, 2, 1, 4]), "tie_word_embeddings": rng.random() < 0.3}
+
+
+def _random_gpu(rng: random.Random) -> dict:
+    return {"name": "random GPU", "peak_flops": rng.uniform(100e12, 2000e12), "hbm_bandwidth": rng.uniform(1e12, 8e12),
+            "memory_bytes": 80e9}
+
+
+# ------------------------------------------------------------------------------------------------
+# exercises 1 and 2: the recompute time and the break-even bandwidth (same arguments)
+
+
+def _recompute_fixed(name: str):
+    out = [case(name, LLAMA2_7B, H100_SXM, 1024, mfu=0.5),      # the visible asserts' first
+           case(name, LLAMA3_8B, H100_SXM, 16, mfu=0.4), case(name, LLAMA3_8B, H200, 3000),
+           case(name, LLAMA2_7B, H100_SXM, 1024), case(name, LLAMA3_8B, H100_SXM, 1024),
+           case(name, LLAMA3_8B, H200, 4096, mfu=0.3), case(name, LLAMA3_8B, H200, 4096)]
+    out += [case(name, LLAMA3_8B, H100_SXM, 1),                  # one token: the LM head is a third of it
+            case(name, LLAMA31_8B, H100_SXM, 100_000, mfu=0.6),  # attention dominates a long context
+            case(name, _fp8(LLAMA3_8B), H200, 1024),              # fp8 KV: half the bytes, the same FLOPs
+            case(name, TINY, A100ISH, 7, mfu=1.0),                # MQA, at peak
+            case(name, LLAMA2_7B, A100ISH, 2048, mfu=0.25)]
+    return out
+
+
+def _recompute_random(name: str):
+    def cases(rng: random.Random):
+        out = []
+        for k in range(120):
+            if rng.random() < 0.5:
+                model, gpu = rng.choice(PAIRS)
+                model, gpu = spec.as_fields(model, ModelSpec), spec.as_fields(gpu, GPUSpec)
+            else:
+                model, gpu = _random_model(rng, k), _random_gpu(rng)
+            tokens = rng.choice([1, rng.randint(1, 64), rng.randint(64, 8192), rng.randint(8192, 131072)])
+            out.append(case(name, model, gpu, tokens, mfu=rng.choice([0.5, 1.0, round(rng.uniform(0.05, 1.0), 3)])))
+        return out
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------
+# exercise 3: what one copy delivers
+
+COPY_FIXED = (
+    (32768, 64e9, 10e-6),            # the visible asserts' first: Llama-3-8B's 16-token block
+    (64000, 64e9, 1e-6),             # latency = transfer time: half the link
+    (1e9, 64e9, 10e-6),              # a large copy: nearly all of it
+    (131072, 64e9, 10e-6),           # LLaMA-2-7B's 16-token block
+    (4096, 25e9, 5e-6),              # a tiny copy: almost all latency
+    (2**20, 32e9, 0.0),              # no fixed cost: the link itself
+    (1.5e6, 126e9, 2e-6),
+)
+
+
+def _copy_random(rng: random.Random):
+    return [(rng.choice([rng.randint(1, 4096), rng.randint(4096, 2**20), rng.uniform(2**20, 2**32)]),
+             rng.uniform(1e9, 200e9), rng.choice([0.0, rng.uniform(0, 100e-6), 10e-6])) for _ in range(150)]
+
+
+# ------------------------------------------------------------------------------------------------
+# exercise 4: the swap time of a sequence
+
+
+def _swap_fixed():
+    return [case("swap_time", LLAMA3_8B, 1000, 16, 64e9, 10e-6),     # the visible asserts' first
+            case("swap_time", LLAMA2_7B, 17, 16, 64e9, 10e-6),       # a part-filled last block
+            case("swap_time", LLAMA3_8B, 256, 64, 50e9, 0.0),        # whole blocks, no fixed cost
+            case("swap_time", LLAMA3_8B, 2000, 16, 64e9),            # the walkthrough's sequence
+            case("swap_time", LLAMA3_8B, 2000, 256, 64e9),
+            case("swap_time", LLAMA2_7B, 3, 16, 64e9, 10e-6),        # fewer tokens than one block
+            case("swap_time", LLAMA2_7B, 0, 16, 64e9, 10e-6),        # nothing to move
+            case("swap_time", _fp8(LLAMA3_8B), 4097, 32, 25e9, 4e-6),
+            case("swap_time", TINY, 5, 1, 1e9, 1e-3)]                # one-token blocks
+
+
+def _swap_random(rng: random.Random):
+    out = []
+    for k in range(150):
+        model = spec.as_fields(rng.choice(PAIRS)[0], ModelSpec) if rng.random() < 0.5 else _random_model(rng, k)
+        bs = rng.choice([1, 8, 16, 16, 32, 64, 128, 256])
+        tokens = rng.choice([rng.randint(0, 3 * bs), rng.randint(1, 40000)])
+        out.append(case("swap_time", model, tokens, bs, rng.uniform(1e9, 200e9),
+                        rng.choice([0.0, 10e-6, rng.uniform(0, 50e-6)])))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills: every expected value from the library
+
+
+def _pitfall(name: str) -> str:
+    """A pitfall's message as its patch writes it (a drill's wrong answer that the exercise's mistake makes)."""
+    return known_wrong.load(known_wrong.folder(paths.repo_root(), ch08.ASSIGNMENT) / f"{name}.diff").message
+
+
+LINK = 64e9
+DRILL_6_DECODES = [2048] * 64
+
+
+def drill_5() -> int:
+    """The smallest block size whose one-layer K copy of LLaMA-2-7B reaches its break-even (H100, 50%)."""
+    be = K.break_even_bandwidth(LLAMA2_7B, H100_SXM)
+    return math.ceil(K.break_even_copy_bytes(be, LINK, 10e-6) / K.swap_copy_bytes(LLAMA2_7B, 1))
+
+
+def drill_6() -> int:
+    return costmodel._largest_fitting(lambda r: costmodel.step_cost(
+        LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=DRILL_6_DECODES).bound == "memory")
+
+
+_GB = 1e9
+_BF16_HINT = "That is the bf16 cache's break-even, the walkthrough's: an fp8 cache holds half the bytes per token."
+_AT_50_HINT = ("That is the ratio at 50% of peak, the walkthrough's: at 40% recompute is slower, so the break-even is "
+               "lower.")
+_ALL_LAYERS_HINT = ("That copy holds the block's K of every layer; the paged cache keeps one K tensor per layer, so "
+                    "one copy holds one layer's.")
+_BLOCK_HINT = "Each token of one layer's K is num_kv_heads x head_dim x 2 bytes; find where one copy reaches the line."
+_DRILL_6_HINT = ("That is the walkthrough's step (128 sequences at 1,024 tokens); this one reads the same total KV "
+                 "with half the decode tokens, so it has a little more idle compute.")
+
+DRILLS = Drills("test_drills", (
+    Drill("drill_1", "break-even bandwidth (GB/s) of Llama-3-8B with an fp8 KV cache on an H200, 1024 tokens, 50% of "
+          "peak", lambda: K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB, rel_tol=0.01,
+          hints=((K.break_even_bandwidth(LLAMA3_8B, H200) / _GB, _BF16_HINT),
+                 (K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB / 2, _pitfall("break_even_no_k_and_v")))),
+    Drill("drill_2", "how many times LLaMA-2-7B's break-even (1024 tokens, 40% of peak, H100) one direction of PCIe "
+          "Gen5 is", lambda: LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), rel_tol=0.01,
+          hints=((2 * LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), _pitfall("drills_bidirectional")),
+                 (LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM), _AT_50_HINT))),
+    Drill("drill_3", "effective bandwidth (GB/s) of one copy of a 32-token block of one layer's K, Llama-3-8B, "
+          "64 GB/s, 10 us", lambda: K.effective_copy_bandwidth(K.swap_copy_bytes(LLAMA3_8B, 32), LINK, 10e-6) / _GB,
+          rel_tol=0.01,
+          hints=((LINK / _GB, _pitfall("effective_no_latency")),
+                 (K.effective_copy_bandwidth(32 * 32 * 8 * 128 * 2, LINK, 10e-6) / _GB, _ALL_LAYERS_HINT))),
+    Drill("drill_4", "time (ms) to swap out a 3,000-token LLaMA-2-7B sequence, 16-token blocks, 64 GB/s, 10 us a copy",
+          lambda: K.swap_time(LLAMA2_7B, 3000, 16, LINK, 10e-6) * 1e3, rel_tol=0.01,
+          hints=((188 * 2 * (10e-6 + 16 * LLAMA2_7B.kv_bytes_per_token / 2 / LINK) * 1e3,
+                  _pitfall("swap_one_copy_per_block")),
+                 ((10e-6 + 188 * 16 * LLAMA2_7B.kv_bytes_per_token / LINK) * 1e3, _pitfall("swap_latency_once")),
+                 (187 * 64 * (10e-6 + 131072 / LINK) * 1e3, _pitfall("swap_partial_block")))),
+    Drill("drill_5", "smallest block size (tokens) whose one-layer K copy reaches LLaMA-2-7B's break-even (H100, 50%) "
+          "at 64 GB/s and 10 us", drill_5,
+          hints=((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT), (32, _BLOCK_HINT))),
+    Drill("drill_6", "recomputed tokens that join a decode step of 64 Llama-3-8B sequences at 2048 tokens (H100) "
+          "before it turns compute-bound", drill_6,
+          hints=((costmodel._largest_fitting(lambda r: costmodel.step_cost(
+              LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=[1024] * 128).bound == "memory"),
+              _DRILL_6_HINT),)),
+), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
+
+
+CHAPTER = Chapter(
+    assignment=ch08.ASSIGNMENT,
+    prelude="import math\n\nimport numpy as np\n\nfrom servelab.analytic import costmodel, kv_tiers\n"
+            "from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
+    demos=("setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9"),
+    references=tuple(f"servelab.analytic.kv_tiers:{n}" for n in (
+        "recompute_time", "break_even_bandwidth", "effective_copy_bandwidth", "break_even_copy_bytes", "swap_copies",
+        "swap_copy_bytes", "swap_time")),
+    exercises=(
+        Exercise(S["recompute_time"], "test_recompute_time", fixed=lambda: _recompute_fixed("recompute_time"),
+                 random=_recompute_random("recompute_time")),
+        Exercise(S["break_even_bandwidth"], "test_break_even_bandwidth",
+                 fixed=lambda: _recompute_fixed("break_even_bandwidth"),
+                 random=_recompute_random("break_even_bandwidth")),
+        Exercise(S["effective_copy_bandwidth"], "test_effective_copy_bandwidth", fixed=lambda: list(COPY_FIXED),
+                 random=_copy_random),
+        Exercise(S["swap_time"], "test_swap_time", fixed=_swap_fixed, random=_swap_random),
+    ),
+    drills=DRILLS,
+)

@@ -1,0 +1,1 @@
+"""Submissions built for the tests: complete, known-wrong, tampered and hostile notebooks (``submissions``)."""
