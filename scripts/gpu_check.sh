@@ -87,7 +87,7 @@ step() {
 preflight() { timeout -k 5 "$LIMIT" "$PY" scripts/gpu_preflight.py "${SMOKE[@]}"; }
 
 kernel_table() {
-  timeout -k 5 "$LIMIT" "$PY" -m servelab.kernels.bench "${SMOKE[@]}" --out "$RESULTS" --budget $((LIMIT - 30))
+  timeout -k 5 "$LIMIT" "$PY" scripts/bench_kernels.py "${SMOKE[@]}" --out "$RESULTS" --budget $((LIMIT - 30))
 }
 
 engine() {
@@ -114,7 +114,7 @@ gpu_tests() {
 }
 
 sweep() {
-  timeout -k 5 "$LIMIT" "$PY" -m servelab.kernels.bench "${SMOKE[@]}" --sweep-only --out "$RESULTS" \
+  timeout -k 5 "$LIMIT" "$PY" scripts/bench_kernels.py "${SMOKE[@]}" --sweep-only --out "$RESULTS" \
     --budget $((LIMIT - 25))
 }
 

@@ -21,7 +21,6 @@ import torch
 import triton
 
 import servelab.kernels  # noqa: F401  (decides interpreter or GPU before bench imports triton)
-from servelab.kernels import bench
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_NAMES = ("preflight", "kernel table", "engine", "GPU tests", "sweep")
@@ -33,6 +32,9 @@ def load(script: str):
     sys.modules[script] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+bench = load("bench_kernels")   # scripts/bench_kernels.py
 
 
 def preflight_lines(text: str) -> dict[str, tuple[str, str]]:

@@ -1,21 +1,29 @@
 """Every kernel compiles for Hopper (sm_90) with Triton's own compiler, without a GPU, and fits.
 
-The check runs ``python -m servelab.kernels.compile_check`` in a subprocess with TRITON_INTERPRET=0:
+The check runs ``python scripts/compile_check.py`` in a subprocess with TRITON_INTERPRET=0:
 compiled and interpreted kernels cannot share a process (``@triton.jit`` picks one when it decorates).
 It compiles each entry point's launch at the default tiles for several model shapes, reads the shared
 memory per block from Triton's metadata and registers and spills from ptxas, and fails on a launch that
 would not fit (over 227 KiB of shared memory), and on register spills in these 16-bit shapes.
-``python -m servelab.kernels.compile_check --more`` adds group 1 and fp32 (where prefill spills).
+``python scripts/compile_check.py --more`` adds group 1 and fp32 (where prefill spills).
 """
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from servelab.kernels.compile_check import SM90_MAX_SHARED_PER_BLOCK, blocks_per_sm, fits, parse_ptxas
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compile_check.py"
+_SPEC = importlib.util.spec_from_file_location("compile_check", SCRIPT)
+_check = importlib.util.module_from_spec(_SPEC)
+sys.modules["compile_check"] = _check  # dataclasses look their module up there
+_SPEC.loader.exec_module(_check)
+SM90_MAX_SHARED_PER_BLOCK, blocks_per_sm, fits, parse_ptxas = (_check.SM90_MAX_SHARED_PER_BLOCK, _check.blocks_per_sm,
+                                                               _check.fits, _check.parse_ptxas)
 
 KERNELS = {"store_kvcache_kernel", "paged_decode_kernel", "split_kv_decode_kernel", "merge_splits_kernel",
            "prefill_attention_kernel"}
@@ -24,7 +32,7 @@ KERNELS = {"store_kvcache_kernel", "paged_decode_kernel", "split_kv_decode_kerne
 @pytest.fixture(scope="module")
 def compile_reports():
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run([sys.executable, "-m", "servelab.kernels.compile_check", "--json", "--probe-oversized"],
+    result = subprocess.run([sys.executable, str(SCRIPT), "--json", "--probe-oversized"],
                             env=env, capture_output=True, text=True, timeout=900)
     reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert reports, f"no reports; exit {result.returncode}\n{result.stderr[-3000:]}"

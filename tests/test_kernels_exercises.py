@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 # isort: on
 
-from servelab.kernels import bench
+from servelab.kernels import cases as bench
 from servelab.kernels import exercises as ex
 from servelab.kernels.reference import ref_paged_decode, ref_store_kvcache
 

@@ -28,7 +28,6 @@ RANK = {pkg: i for layers in (LAYERS, GRADER_LAYERS) for i, pkgs in enumerate(la
 MAX_LINES = 600
 # modules still over MAX_LINES, each at most its size when the limit came in: the architecture issue splits them
 KNOWN_LARGE = {
-    "servelab.analytic.costmodel": 604,
     "servelab_autograder.exercises.ch02": 740,
     "servelab_autograder.exercises.ch04": 1177,
     "servelab_autograder.exercises.ch06": 675,

@@ -23,6 +23,7 @@ OLD_PATHS: dict[str, str | tuple[str, ...]] = {  # old path -> where its names a
     "servelab.radix_scheduler": ("servelab.schedulers.radix_scheduler", "servelab.engine.radix"),
     **{f"servelab.{m}": f"servelab.engine.{m}" for m in ("llm", "model", "prefix_compare", "trace")},
     "servelab.plots_async": "servelab.plots.asynchronous",
+    "servelab.kernels.bench": "servelab.kernels.cases",     # the runner itself is scripts/bench_kernels.py
     **{f"servelab.plots_{m}": f"servelab.plots.{m}" for m in (
         "capacity", "engine", "fairness", "kv", "queueing", "radix", "serving", "spec")},
 }

@@ -6,35 +6,9 @@ whichever resource runs out first:
 
     step_time = max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) + fixed overhead
 
-FLOPs (a multiply-add counts as 2):
-  * the layer matmuls (q, k, v, o projections and the gated MLP): 2 x their parameters, per token;
-  * the LM head: 2 x vocab x hidden, once per *sequence* in the step, because engines compute logits
-    only at the last position of each sequence (a mid-prompt chunk still computes them, then drops them);
-  * attention: QK^T and AV each cost 2 x heads x head_dim per (query, key) pair per layer. A chunk of c
-    tokens on top of a cached prefix of p tokens has c*p + c*(c+1)/2 pairs (causal); a decode token
-    with a context of L cached tokens has L + 1 (its own key included).
-
-Bytes moved through HBM:
-  * every weight, once per step, whatever the batch: this is what batching amortises;
-  * the KV of every cached token some query attends to: the context of each decoding sequence and the
-    prefix under each prefill chunk, read once per sequence (as a plain paged kernel reads it, even where
-    sequences share a cached prefix; `shared_prefix_decode_traffic` prices a kernel that reads it once);
-  * the KV of every token computed in the step, written once.
-
-Left out on purpose, so that the numbers stay checkable by hand: activations (small next to weights and
-KV until the step is compute-bound anyway), the input-embedding table being gathered rather than read
-whole (it is counted as read: a ~2-7% overestimate of the weight bytes for the two models here),
-norms' and softmax's FLOPs, re-reads of KV tiles by long prefill chunks, kernel efficiency (a real step
-reaches some fraction of both peaks: derate a GPUSpec with `dataclasses.replace` to model that) and
-communication (one GPU, no tensor parallelism).
-
-A number to check everything else against: LLaMA-2-7B decoding one token at batch 1 on an H100 is
-memory-bound; it reads 13.5 GB of weights at 3.35 TB/s, so about 4 ms per step.
-
-The last section turns latency targets into scheduler settings with the same model: the largest prefill
-chunk a step-time (TPOT) target leaves next to the decodes (`max_prefill_chunk`), the largest decode batch
-it allows (`max_decode_batch`), and the backlog of prompt tokens a TTFT target can absorb at that chunk,
-which is the admission rule (`max_backlog_tokens`).
+What it counts (FLOPs of the matmuls, the LM head and attention; bytes of the weights and of the KV read and
+written), what it leaves out on purpose, and a number to check it against: docs/costmodel.md. Its last section turns
+latency targets into scheduler settings (`max_prefill_chunk`, `max_decode_batch`, `max_backlog_tokens`).
 
 >>> cost = step_cost(LLAMA2_7B, H100_SXM, prefill_tokens=0, decode_context_lens=[0])
 >>> round(cost.memory_s * 1e3, 2), cost.bound

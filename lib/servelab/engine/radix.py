@@ -12,9 +12,8 @@ which longest-prefix-first starves a request.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
-from servelab.engine.driver import drive
+from servelab.engine.driver import Engine, StepRecord
 from servelab.engine.trace import Table, names_cell, pairs_cell
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req, TokenToKVPoolAllocator
 from servelab.schedulers.scheduler import SequenceStatus
@@ -49,75 +48,38 @@ def slot_model(pool: TokenToKVPoolAllocator) -> Callable[[list[Req]], list[int]]
     return model
 
 
-@dataclass
-class RadixStepRecord:
-    """One schedule() call and its outcome; the pool and tree sizes are read right after schedule()."""
-    step: int
-    is_prefill: bool
-    scheduled: list[tuple[str, int]]     # (name, tokens computed)
-    cached: list[tuple[str, int]]        # (name, tokens with KV before the step: the hit, at a prefill)
-    preempted: list[str]
-    finished: list[str]
-    available: int                       # free slots
-    evictable: int                       # tree tokens not locked
-    protected: int                       # tree tokens locked by running requests
-    waiting: list[str] = field(default_factory=list)   # after postprocess
-    running: list[str] = field(default_factory=list)   # after postprocess
-
-    @property
-    def kind(self) -> str:
-        return "P" if self.is_prefill else "D"
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(n for _, n in self.scheduled)
-
-
-class RadixEngine:
-    """Drives a RadixScheduler one step at a time (servelab.engine.driver.Engine's loop); by default the model reads
-    the context through the KV slots (`slot_model`) and every step checks the pool's invariants."""
+class RadixEngine(Engine):
+    """The radix family: drives a RadixScheduler one step at a time (`servelab.engine.driver.drive`); by default
+    the model reads the context through the KV slots (`slot_model`) and every step checks the pool's invariants.
+    Its records add the free slots and the tree's evictable and protected tokens, read right after schedule()."""
 
     def __init__(self, scheduler: RadixScheduler, model: Callable[[list[Req]], list[int]] | None = None,
                  check: bool = True):
-        self.scheduler = scheduler
-        self.model = model if model is not None else slot_model(scheduler.token_to_kv_pool_allocator)
+        super().__init__(scheduler, model if model is not None else slot_model(scheduler.token_to_kv_pool_allocator))
         self.check = check
-        self.trace: list[RadixStepRecord] = []
 
-    def add_request(self, req: Req):
-        self.scheduler.add(req)
-
-    def is_finished(self) -> bool:
-        return self.scheduler.is_finished()
-
-    def step(self) -> RadixStepRecord:
+    def schedule(self) -> StepRecord:
         sch = self.scheduler
         was_running = list(sch.running)
         reqs, is_prefill = sch.schedule()
         tree = sch.tree_cache
-        record = RadixStepRecord(
+        return StepRecord(
             step=len(self.trace), is_prefill=is_prefill,
             scheduled=[(r.name, r.num_scheduled_tokens) for r in reqs],
-            cached=[(r.name, r.num_cached_tokens) for r in reqs],
+            cached=[(r.name, r.num_cached_tokens) for r in reqs],    # the hit, at a prefill
             preempted=[r.name for r in was_running if r.status == SequenceStatus.WAITING],
-            finished=[], available=sch.token_to_kv_pool_allocator.available_size(),
-            evictable=tree.evictable_size(), protected=tree.protected_size())
-        finished = sch.postprocess(reqs, self.model(reqs), is_prefill)
-        record.finished = [r.name for r in finished]
-        record.waiting = [r.name for r in sch.waiting]
-        record.running = [r.name for r in sch.running]
+            extra={"available": sch.token_to_kv_pool_allocator.available_size(),    # free slots
+                   "evictable": tree.evictable_size(), "protected": tree.protected_size()},
+            batch=reqs)
+
+    def postprocess(self, record: StepRecord, output) -> list[Req]:
+        finished = super().postprocess(record, output)
         if self.check:
-            sch.check_invariants()
-        self.trace.append(record)
-        return record
+            self.scheduler.check_invariants()
+        return finished
 
-    def run(self, requests: Iterable[Req] = (), arrivals: dict[int, list[Req]] | None = None,
-            max_steps: int = 100_000) -> list[RadixStepRecord]:
-        """Add `requests` now and each `arrivals[k]` just before step k; step until all are done.
 
-        Steps count schedule() calls: an idle engine takes the next arrivals at once.
-        """
-        return drive(self, requests, arrivals, max_steps)
+RadixStepRecord = StepRecord   # the radix engine's record was its own class; the one StepRecord now
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -127,7 +89,7 @@ TABLE_COLUMNS = ("step", "kind", "scheduled (name:tokens)", "cached", "preempted
                  "evictable", "protected", "waiting", "running")
 
 
-def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> Table:
+def radix_table(trace: Iterable[StepRecord], columns: Iterable[str] = TABLE_COLUMNS) -> Table:
     """One row per schedule() call: the batch, the hits, the pool's free slots and the tree's sizes.
 
     >>> sch = RadixScheduler(kv_capacity_tokens=32, max_num_batched_tokens=32)
@@ -149,7 +111,7 @@ def radix_table(trace: Iterable[RadixStepRecord], columns: Iterable[str] = TABLE
 # a workload on which longest-prefix-first starves a request
 
 
-def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[list[RadixStepRecord], int]:
+def lpm_starvation(policy: str, n_hot: int = 8, system_len: int = 32) -> tuple[list[StepRecord], int]:
     """One request at a time (max_num_seqs=1). Hot requests H0..H{n_hot} share a `system_len`-token
     system prompt; H0 arrives at step 0 and H1, H2, ... every 2 steps from step 2. L, which shares nothing,
     arrives at step 1. Each request runs 3 steps (a prefill and 2 decodes), so hot requests arrive faster than

@@ -1,6 +1,6 @@
 """Driving the speculative scheduler with a fake target model: greedy verification of each sequence's drafts
-(`accept_greedy`), proposers for examples and tests (`oracle_proposer`), and the loops `run_speculative` and
-`trace_speculative`.
+(`accept_greedy`), proposers for examples and tests (`oracle_proposer`), `SpecEngine` (the family's adapter to
+`servelab.engine.driver.drive`), and `run_speculative` and `trace_speculative` over it.
 
 >>> from servelab.engine.driver import expected
 >>> sch = SpecScheduler(num_blocks=8, block_size=4, max_num_batched_tokens=16, num_speculative_tokens=3)
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from servelab.engine.driver import Engine, StepRecord, drive
 from servelab.schedulers.spec_decode import SamplingParams, Sequence, SpecScheduler  # noqa: F401 - examples
 
-__all__ = ["accept_greedy", "fake_target", "oracle_proposer", "run_speculative", "trace_speculative"]
+__all__ = ["SpecEngine", "accept_greedy", "fake_target", "oracle_proposer", "run_speculative", "trace_speculative"]
 
 
 def fake_target(tokens: list[int]) -> int:
@@ -53,25 +54,59 @@ def oracle_proposer(truth: list[int], accept: list[int]) -> Callable[[Sequence, 
     return propose
 
 
+class SpecEngine(Engine):
+    """The speculative family: before each schedule() the proposer drafts for the running sequences, and the
+    model is greedy verification by `target`. Its decode records add `verified`, one dict per sequence (what
+    `trace_speculative` lists)."""
+
+    def __init__(self, scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
+                 target: Callable[[list[int]], int] = fake_target):
+        super().__init__(scheduler)
+        self.propose = propose
+        self.target = target
+        self._before: list[tuple] = []
+
+    def schedule(self) -> StepRecord:
+        sch = self.scheduler
+        for seq in sch.running:
+            seq.draft_token_ids = list(self.propose(seq, sch.max_drafts(seq)))[:sch.max_drafts(seq)]
+        held = {seq.seq_id: len(seq.block_table) for seq in sch.running}
+        record = super().schedule()
+        # each sequence's blocks before, and its length, drafts, tokens computed and blocks after the look-ahead
+        self._before = [(held.get(s.seq_id), len(s), len(s.draft_token_ids), s.num_scheduled_tokens,
+                         len(s.block_table)) for s in record.batch]
+        return record
+
+    def forward(self, record: StepRecord) -> list[list[int]]:
+        if record.is_prefill:
+            return [[self.target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in record.batch]
+        return [accept_greedy(s, self.target) for s in record.batch]
+
+    def postprocess(self, record: StepRecord, output: list[list[int]]) -> list[Sequence]:
+        seqs = record.batch
+        if record.is_prefill:
+            return super().postprocess(record, output)
+        accepted = [sum(1 for _ in _agree(s.draft_token_ids, t)) for s, t in zip(seqs, output)]
+        finished = super().postprocess(record, output)
+        rows = []
+        for s, (held, n, d, computed, blocks), a, t in zip(seqs, self._before, accepted, output):
+            done = s in finished
+            before = blocks if held is None else held
+            rows.append({"step": record.step, "seq": s.name, "len": n, "drafts": d, "accepted": a, "appended": len(t),
+                         "computed": computed, "blocks_before": before, "taken": blocks - before,
+                         "given_back": 0 if done else blocks - len(s.block_table),
+                         "cached": s.num_cached_tokens, "finished": done})
+        record.extra["verified"] = rows
+        return finished
+
+
 def run_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
                     target: Callable[[list[int]], int] = fake_target,
                     max_steps: int = 100_000) -> list[tuple[int, int, bool]]:
     """Drive `scheduler`: propose drafts for the running sequences, schedule, verify greedily, postprocess.
     Returns (tokens computed, sequences, is_prefill) per step."""
-    steps = []
-    while not scheduler.is_finished():
-        if len(steps) >= max_steps:
-            raise RuntimeError(f"not finished after {max_steps} steps")
-        for seq in scheduler.running:
-            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
-        seqs, is_prefill = scheduler.schedule()
-        steps.append((sum(s.num_scheduled_tokens for s in seqs), len(seqs), is_prefill))
-        if is_prefill:
-            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
-        else:
-            out = [accept_greedy(s, target) for s in seqs]
-        scheduler.postprocess(seqs, out, is_prefill)
-    return steps
+    trace = drive(SpecEngine(scheduler, propose, target), max_steps=max_steps)
+    return [(r.num_batched_tokens, len(r.scheduled), r.is_prefill) for r in trace]
 
 
 def trace_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int], list[int]],
@@ -80,30 +115,7 @@ def trace_speculative(scheduler: SpecScheduler, propose: Callable[[Sequence, int
     scheduled, drafts accepted, tokens appended (accepted + the bonus), tokens computed, the blocks it held
     before, took for the look-ahead and gave back in the rollback, and the tokens with KV after it. A finished
     sequence gives back all its blocks (`given_back` counts only the rollback's, 0 then)."""
-    rows, step = [], 0
-    while not scheduler.is_finished():
-        for seq in scheduler.running:
-            seq.draft_token_ids = list(propose(seq, scheduler.max_drafts(seq)))[:scheduler.max_drafts(seq)]
-        held = {seq.seq_id: len(seq.block_table) for seq in scheduler.running}
-        seqs, is_prefill = scheduler.schedule()
-        if is_prefill:
-            out = [[target(s.token_ids[:s.num_cached_tokens + s.num_scheduled_tokens])] for s in seqs]
-            scheduler.postprocess(seqs, out, is_prefill)
-            step += 1
-            continue
-        before = [(len(s), len(s.draft_token_ids), s.num_scheduled_tokens, len(s.block_table)) for s in seqs]
-        out = [accept_greedy(s, target) for s in seqs]
-        accepted = [sum(1 for _ in _agree(s.draft_token_ids, t)) for s, t in zip(seqs, out)]
-        finished = scheduler.postprocess(seqs, out, is_prefill)
-        for s, (n, d, computed, blocks), a, t in zip(seqs, before, accepted, out):
-            done = s in finished
-            rows.append({"step": step, "seq": s.name, "len": n, "drafts": d, "accepted": a, "appended": len(t),
-                         "computed": computed, "blocks_before": held.get(s.seq_id, blocks),
-                         "taken": blocks - held.get(s.seq_id, blocks),
-                         "given_back": 0 if done else blocks - len(s.block_table),
-                         "cached": s.num_cached_tokens, "finished": done})
-        step += 1
-    return rows
+    return [row for r in drive(SpecEngine(scheduler, propose, target)) for row in r.extra.get("verified", [])]
 
 
 def _agree(drafts: list[int], tokens: list[int]):

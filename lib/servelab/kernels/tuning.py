@@ -6,7 +6,7 @@ and registers decide how many programs an SM holds at once. The decode defaults 
 Triton 3.6, so 64 sequences x 8 KV heads = 512 programs take two waves on 132 SMs there.
 
 ``TUNED_DECODE`` is the committed table, keyed by Triton's ``major.minor``. A version not in it takes the
-nearest one's entry, with a note on stderr. ``python -m servelab.kernels.bench --sweep-only`` (the last
+nearest one's entry, with a note on stderr. ``python scripts/bench_kernels.py --sweep-only`` (the last
 step of ``scripts/gpu_check.sh``) times alternatives on a GPU and prints the winner as a table entry to
 commit here: nothing is cached on the machine, which a lent GPU machine would not keep anyway.
 

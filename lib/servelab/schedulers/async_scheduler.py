@@ -9,24 +9,11 @@ Here schedule(n+1) runs while step n is on the GPU, and postprocess(n) comes aft
 
     schedule(n+1) [while step n runs] -> postprocess(n) -> run(n+1) -> schedule(n+2) [while n+1 runs] ...
 
-The trick is the **placeholder**: a token that step n will sample and nobody has seen yet. Each sequence that
-step n samples for holds one placeholder; schedule(n+1) treats it as a real token and decodes it (the model
-reads its id on the device, from step n's output), and postprocess(n) puts the sampled id in its place. What
-scheduling ahead cannot know costs a little:
-
-- a sequence whose placeholder turns out to be its end-of-sequence token was already scheduled into step n+1:
-  that slot computes a token nobody reads (`wasted_slots`), and a block taken for it was never needed
-  (`wasted_blocks`). A stop at `max_tokens` is known in advance and costs nothing: a sequence whose last token
-  is in flight is not scheduled again;
-- a sequence preempted while its placeholder is in flight waits for that token before it is prefilled again
-  (the recompute's prompt includes it), and holds up the waiting queue behind it until then (FCFS).
-
-Counters move when a step is scheduled, not when its output arrives (as vLLM V1's `num_computed_tokens` does):
-`num_cached_tokens` counts the KV computed or to be computed by the steps already scheduled. The prefix cache
-hashes a block only once its tokens are known and the step that computes its last token has finished
-(`num_done_tokens`). Everything else is the synchronous scheduler's: prefill first, only the first prefill of a
-step chunked, decode preempting the most recently admitted. With a model whose next token depends only on the
-sequence's own tokens, every request generates exactly what it generates synchronously.
+The trick is the **placeholder**: a token that step n will sample and nobody has seen yet, which schedule(n+1)
+decodes as if it were known and postprocess(n) fills in. What scheduling ahead cannot know costs a little (a slot,
+and maybe a block, for a sequence that stopped on eos; a preempted sequence waits for its token in flight), and
+counters move when a step is scheduled: docs/async_scheduling.md. With a model whose next token depends only on
+the sequence's own tokens, every request generates exactly what it generates synchronously.
 
 `servelab.engine.asynchronous` drives it with one step in flight (`run_async`) and tabulates the steps (`walk`).
 """

@@ -21,20 +21,7 @@ unlocked leaves from a heap, pushing parents that become leaves in the same call
         [9] kv=[22] r=0 t=5
     #tokens: 5 (evictable 5, protected 0)
 
-Deliberate differences from SGLang, none of which changes what the tree holds or evicts:
-- time is a logical clock owned by the cache, not `time.monotonic()`, so runs are reproducible. It ticks once
-  per match or insert (the call's access time) and once per node created, which preserves SGLang's ordering:
-  a node built during a call is newer than the nodes that call merely touched;
-- keys are plain sequences of ints and values plain lists of int KV indices (no tensors); there is no
-  `extra_key` namespace, no EAGLE bigram keys, no request priority, no KV events, no host tier;
-- return shapes are the classic ones: `match_prefix` gives (indices, last node), `insert` the prefix length,
-  `evict` the freed indices (SGLang 0.5.23 wraps these in MatchResult / InsertResult / EvictResult);
-- bad input raises ValueError: a value whose length differs from the key's (SGLang silently cuts it), unlocking
-  a node that holds no lock, locking a node that is no longer in the tree (evicted, or from before `reset()`),
-  a negative eviction, a page size < 1;
-- `pretty_print()` returns the string instead of printing it;
-- the eviction heap persists between `evict` calls (`EvictableLeaves`): SGLang heapifies every evictable leaf on
-  each call, O(n) per call for n leaves; here a call costs O(k log n) for k freed nodes. Same nodes, same order.
+Deliberate differences from SGLang (none changes what the tree holds or evicts): docs/upstream/sglang_radix.md.
 """
 
 from __future__ import annotations

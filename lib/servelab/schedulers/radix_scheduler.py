@@ -1,52 +1,11 @@
 """A token-slot KV pool and a scheduler that serves requests through SGLang's RadixCache, written to be read.
 
-The request lifecycle follows SGLang (0.4.x - 0.5.6, the `cache_finished_req` / `cache_unfinished_req` generation):
-
-- **admission** (`schedule`, prefill): match the request's tokens in the tree (at most all but the last token,
-  so at least one token is computed and the model has logits to sample from), lock the matched path with
-  `inc_lock_ref(last_node)`, count `available + evictable` slots as room (less a reservation for future decode
-  tokens when `new_token_ratio` is set, see below), evict what is missing, allocate slots for the tokens that
-  did not hit;
-- **after the prefill** (`cache_unfinished_req`): insert the prompt, free the request's own duplicates of what
-  the tree already held, re-match to use the tree's slots, and move the lock to the new end of the path, so
-  later requests can hit the prompt while this one is still decoding;
-- **decode**: one slot per running request; when the pool is short, evict; when nothing is evictable, preempt
-  (retract) the most recently admitted request;
-- **finish or preemption** (`cache_finished_req`): insert every token that has KV, free the duplicates and the
-  unaligned tail, and `dec_lock_ref(last_node)`. The tree now owns the request's KV; a preempted request goes
-  back to the front of the queue and, when it is admitted again, hits whatever of it survived eviction.
-
-Two orders for the waiting queue: ``"fcfs"`` (first come, first served) and ``"lpm"`` (longest prefix match:
-every scheduling pass matches every waiting request and sorts the queue by matched length, longest first, as
-SGLang's `calc_priority` does). Both stop at the first request that does not fit (no skipping ahead).
-
-Deliberate simplifications:
-- no chunked prefill: the first request of a step may exceed `max_num_batched_tokens`, later ones must fit in what
-  is left; every prefill is one step;
-- LPM sorts however long the queue is (SGLang falls back to FCFS order when more than 128 requests wait);
-- by default no reservation for future decode tokens (`RadixScheduler(new_token_ratio=0.7)` turns SGLang's on,
-  below): running out during decode is handled by retraction;
-- the request retracted is the most recently admitted one (SGLang retracts the one with the fewest output
-  tokens, the longest prompt among equals);
-- the pool hands out single token slots, first free slot first, freed slots to the back of the queue (SGLang's
-  `TokenToKVPoolAllocator` before its free-list sorting); slot 0 is not reserved for padding;
-- a preempted request is cached like a finished one, so its KV is not thrown away until eviction takes it
-  (SGLang 0.5.6 does not insert a retracted request: `ScheduleBatch.release_req` calls
-  `cache_finished_req(req, is_insert=False)`, which frees the request's own slots and unlocks; what the tree
-  already held, its prompt inserted after the prefill, stays cached).
-
-The reservation (SGLang 0.5.6, `schedule_policy.PrefillAdder`: `_get_running_request_total_token_offset`,
-`rem_total_tokens`, `add_one_req`, `_update_prefill_budget`; `scheduler.Scheduler`: `init_new_token_ratio`,
-`update_running_batch`; `schedule_batch.ScheduleBatch.retract_decode`), modelled when `new_token_ratio` is a
-number (SGLang's default is 0.7):
-- room = available + evictable - the tokens held back: min(max_new_tokens - generated, 4096) x ratio for each
-  running request, and for each request admitted earlier in the same pass its page-rounded extend plus
-  min(max_new_tokens, 4096) in full;
-- a request is admitted only if its extend plus min(max_new_tokens - generated, 4096) is below the room;
-- the ratio falls by (ratio0 - 0.14 x ratio0) / 600 after every decode step that retracts nobody, down to
-  0.14 x ratio0; a decode step that retracts sets it to min(1, (tokens generated + 20 x running) /
-  (sum of max_new_tokens + 1)) over the requests still running; it goes back to ratio0 when the scheduler is
-  idle (nothing waiting, nothing running) and a request arrives.
+The request lifecycle follows SGLang 0.4.x - 0.5.6 (`cache_finished_req` / `cache_unfinished_req`): admission
+matches and locks the prompt's cached prefix and allocates slots for the rest; after the prefill the prompt is
+inserted so later requests hit it; a decode takes one slot per request, evicting, then retracting the most recently
+admitted; finish or preemption inserts what has KV and unlocks. The waiting queue is ``"fcfs"`` or ``"lpm"``
+(longest prefix match first), with no skipping ahead. `new_token_ratio` turns on SGLang's reservation for future
+decode tokens. docs/upstream/sglang_radix.md maps each rule to SGLang and lists the simplifications.
 
 `servelab.engine.radix` drives it (`RadixEngine`), tabulates its steps and builds the LPM starvation workload.
 """

@@ -1,10 +1,10 @@
 """Compile every kernel for Hopper (sm_90) with Triton's own compiler, on a machine without a GPU.
 
-    python -m servelab.kernels.compile_check            # a table; exit status 1 if a kernel would not run
-    python -m servelab.kernels.compile_check --json     # the same as JSON lines (for tests)
-    python -m servelab.kernels.compile_check --more     # also group 1 and fp32
-    python -m servelab.kernels.compile_check --sweep    # also candidate tile / warp / stage settings
-    python -m servelab.kernels.compile_check --probe-oversized   # also one launch that must be caught
+    python scripts/compile_check.py            # a table; exit status 1 if a kernel would not run
+    python scripts/compile_check.py --json     # the same as JSON lines (for tests)
+    python scripts/compile_check.py --more     # also group 1 and fp32
+    python scripts/compile_check.py --sweep    # also candidate tile / warp / stage settings
+    python scripts/compile_check.py --probe-oversized   # also one launch that must be caught
 
 Triton's interpreter never runs out of shared memory or registers, so the CPU tests cannot see a kernel
 that would fail to launch on the GPU, or one that spills registers to local memory. This check compiles
@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+import servelab.kernels  # noqa: F401  (picks compiled or interpreted kernels before any below is defined)
 from servelab.kernels.decode import paged_decode_kernel, plan_paged_decode
 from servelab.kernels.launch import Launch, interpreted
 from servelab.kernels.prefill import plan_prefill_attention
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if interpreted(paged_decode_kernel):
         env = {**os.environ, "TRITON_INTERPRET": "0"}
-        cmd = [sys.executable, "-m", "servelab.kernels.compile_check", *(argv if argv is not None else sys.argv[1:])]
+        cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]
         return subprocess.run(cmd, env=env).returncode
 
     reports = run_checks(sweep=args.sweep, probe=args.probe_oversized, more=args.more)
