@@ -25,7 +25,6 @@ MAX_LINES = 600
 # modules still over MAX_LINES, each at most its size when the limit came in: the architecture issue splits them
 KNOWN_LARGE = {
     "servelab.analytic.costmodel": 604,
-    "servelab_autograder.exercises.ch06": 675,
     "servelab_autograder.grade": 1120,
     "servelab_autograder.mutants": 640,
     "servelab_autograder.release": 795,
