@@ -26,12 +26,6 @@ GRADER_LAYERS = [("servelab_autograder._moved",), ("servelab_autograder.exercise
 RANK = {pkg: i for layers in (LAYERS, GRADER_LAYERS) for i, pkgs in enumerate(layers) for pkg in pkgs}
 
 MAX_LINES = 600
-# modules still over MAX_LINES, each at most its size when the limit came in: the architecture issue splits them
-KNOWN_LARGE = {
-    "servelab_autograder.exercises.ch02": 740,
-    "servelab_autograder.exercises.ch04": 1177,
-    "servelab_autograder.exercises.ch06": 675,
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -170,13 +164,7 @@ def test_the_cycle_finder_finds_a_cycle():
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_module_over_600_lines(name):
     lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
-    limit = KNOWN_LARGE.get(name, MAX_LINES)
-    assert lines <= limit, f"{name} has {lines} lines (limit {limit}): split it by concept"
-
-
-def test_known_large_lists_only_modules_still_over_the_limit():
-    shrunk = [n for n in KNOWN_LARGE if len(MODULES[n].read_text(encoding="utf-8").splitlines()) <= MAX_LINES]
-    assert not shrunk, f"now within {MAX_LINES} lines, drop them from KNOWN_LARGE: {shrunk}"
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (limit {MAX_LINES}): split it by concept"
 
 
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))

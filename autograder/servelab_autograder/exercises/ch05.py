@@ -1,25 +1,16 @@
 """Chapter 05's exercises as the visible tests and the grader both see them: the radix tree's locks and eviction, and
 the scheduler hook that hands a finished or preempted request's KV to the tree.
 
-``inc_lock_ref``, ``dec_lock_ref`` and ``evict`` are methods of the radix tree: each case is the tree's state as
-plain data (chapter 04's :func:`servelab_autograder.exercises.ch04.snapshot`) at the moment the reference tree calls
-that method in a run of a workload of operations (``ch04.record``); the driver builds the tree, calls the learner's
-method once and returns its result, what the KV allocator was handed and the tree it left. None of the three calls
-another exercise; what they call (``_update_leaf_status``, ``_delete_leaf``, chapter 04's ``child_key``) is the
-library's.
+``inc_lock_ref``, ``dec_lock_ref`` and ``evict`` are methods of the radix tree, driven as chapter 04's are: a case
+is the tree's state (``radix_state.snapshot``) when the reference calls the method in a run of a workload of
+operations (``radix_record.record``); the driver returns the result, what the KV allocator was handed and the
+tree it left. None of the three calls another exercise.
 
-``cache_finished_req`` is a method of the RadixScheduler: each case is the scheduler's state (the pool's free list
-in order, the tree, the request: its tokens, KV row, locked prefix and counters) when the reference scheduler
-calls it, finishing or preempting a request in a run of a workload of requests (:func:`record_scheduler`). The
-hook inserts into the tree (chapter 04's ``insert``, the library's) and frees slots in the pool itself; its call
-of ``dec_lock_ref``, another exercise, is answered from a **replay** of the reference run keyed by the whole tree
-it is made in, as chapter 04 answers a split.
-
-The whole scheduler (the cell that builds the learner's RadixCache and RadixScheduler) is driven through the same
-workloads of operations on its cache class, then through workloads of requests, step by step: the batch, the
-hits, the queues, the pool's free list in order, every request's KV row, locked prefix, counters and output, the
-sizes and the tree. The model reads each request's context back through its KV slots (``slot_model``), so a slot
-handed to two owners shows up as a wrong token.
+``cache_finished_req`` is a method of the RadixScheduler: a case is the scheduler's state when the reference calls
+it in a run of a workload of requests (``radix_requests``); its call of ``dec_lock_ref``, another exercise, is
+answered from a **replay** of the reference run keyed by the whole tree (``radix_requests.with_unlock_replay``).
+The whole scheduler is driven through the same workloads of operations on its cache class, then through
+workloads of requests, step by step (``radix_requests.run_scheduler``).
 
 :data:`SPECS` holds each exercise; :func:`diagnose` is a visible assert's message. The random workloads and the
 verdicts are the grader's (``servelab_autograder.judge.checks.ch05``).
@@ -27,20 +18,37 @@ verdicts are the grader's (``servelab_autograder.judge.checks.ch05``).
 
 from __future__ import annotations
 
-import json
-import random
-from collections import deque
-
-from servelab.engine.radix import RadixEngine, slot_model
 from servelab.schedulers.radix_cache import RadixCache
-from servelab.schedulers.radix_scheduler import RadixScheduler, Req
-from servelab.schedulers.scheduler import SequenceStatus
-from servelab_autograder.exercises import ch04, spec
-from servelab_autograder.exercises.ch04 import BIG, Diverged, _digest, _int, _ints, _short, _show, workload
+from servelab.schedulers.radix_scheduler import RadixScheduler
+from servelab_autograder.exercises import spec
+from servelab_autograder.exercises.radix_record import record
+from servelab_autograder.exercises.radix_requests import (  # noqa: F401 - the names other modules find here
+    build_sched,
+    random_request_workloads,
+    record_scheduler,
+    run_scheduler,
+    sched_state,
+    sched_workload,
+    with_unlock_replay,
+)
+from servelab_autograder.exercises.radix_state import (
+    ID,
+    LOCK,
+    SHORT,
+    VALUE,
+    build,
+    node_by_id,
+    path_by_id,
+    plain_int,
+    plain_ints,
+    show,
+    snapshot,
+)
+from servelab_autograder.exercises.radix_view import tree_difference, tree_text, view
+from servelab_autograder.exercises.radix_workloads import BIG, Allocator, guarded, run_ops, trace_note, workload
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch05_lock_ref_eviction"
-MAX_STEPS = 2000           # more steps than any workload needs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -48,23 +56,23 @@ MAX_STEPS = 2000           # more steps than any workload needs
 
 
 def _node_text(state: dict, node_id) -> str:
-    if state["nodes"][0][ch04.ID] == node_id:
+    if state["nodes"][0][ID] == node_id:
         return "the root"
-    return f"the node {_show(ch04.path_by_id(state, node_id))}"
+    return f"the node {show(path_by_id(state, node_id))}"
 
 
 def _tree_call(fn, state: dict, arg, by_id: bool) -> dict:
-    alloc = ch04.Allocator()
-    cache = ch04.build(state, allocator=alloc)
+    alloc = Allocator()
+    cache = build(state, allocator=alloc)
     try:
-        got = fn(cache, ch04.node_by_id(cache, arg) if by_id else arg)
+        got = fn(cache, node_by_id(cache, arg) if by_id else arg)
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001 - part of the result: the reference refuses bad input
         return {"raised": type(e).__name__, "message": str(e)[:300], "freed": alloc.freed,
-                "state": ch04.snapshot(cache)}
-    result = _int(got) if by_id else (_ints(got) if isinstance(got, list | tuple) else _short.repr(got))
-    return {"result": result, "freed": alloc.freed, "state": ch04.snapshot(cache)}
+                "state": snapshot(cache)}
+    result = plain_int(got) if by_id else (plain_ints(got) if isinstance(got, list | tuple) else SHORT.repr(got))
+    return {"result": result, "freed": alloc.freed, "state": snapshot(cache)}
 
 
 def drive_inc_lock_ref(fn, where: str, state: dict, node: int) -> dict:
@@ -79,202 +87,25 @@ def drive_evict(fn, where: str, state: dict, num_tokens: int) -> dict:
     return _tree_call(fn, state, num_tokens, by_id=False)
 
 
-# ------------------------------------------------------------------------------------------------
-# the scheduler's state as plain data, for cache_finished_req
-
-
-CONFIG = ("kv_capacity_tokens", "max_num_batched_tokens", "max_num_seqs", "page_size", "policy", "eos")
-
-
-def req_state(tree, req) -> dict:
-    node = req.last_node
-    return {"name": req.name, "prompt": _ints(req.origin_input_ids), "output": _ints(req.output_ids),
-            "max_new_tokens": req.max_new_tokens, "kv": _ints(req.kv_indices), "prefix": _ints(req.prefix_indices),
-            "last_node": None if node is None else _int(getattr(node, "id", None)),
-            "last_path": None if node is None else ch04.path_of(tree, node),
-            "cached": _int(req.num_cached_tokens), "scheduled": _int(req.num_scheduled_tokens),
-            "status": req.status.name if isinstance(req.status, SequenceStatus) else _short.repr(req.status)}
-
-
-def sched_state(sch, req) -> dict:
-    """What cache_finished_req works on: the settings, the pool's free list (in order), the tree, the request."""
-    return {"config": {k: getattr(sch, k) for k in CONFIG},
-            "free": _ints(list(sch.token_to_kv_pool_allocator.free_slots)),
-            "tree": ch04.snapshot(sch.tree_cache), "req": req_state(sch.tree_cache, req)}
-
-
-def build_sched(state: dict, cls=RadixScheduler):
-    """A scheduler (of class ``cls``) and the request in ``state``."""
-    sch = cls(**state["config"])
-    pool = sch.token_to_kv_pool_allocator
-    pool.free_slots = deque(state["free"])
-    pool._free_set = set(state["free"])
-    ch04.set_tree(sch.tree_cache, state["tree"])
-    st = state["req"]
-    req = Req(st["prompt"], st["max_new_tokens"], name=st["name"])
-    req.output_ids = list(st["output"])
-    req.kv_indices, req.prefix_indices = list(st["kv"]), list(st["prefix"])
-    req.last_node = None if st["last_node"] is None else ch04.node_by_id(sch.tree_cache, st["last_node"])
-    req.num_cached_tokens, req.num_scheduled_tokens = st["cached"], st["scheduled"]
-    req.status = SequenceStatus[st["status"]]
-    return sch, req
-
-
-def lock_key(state: dict, node_id) -> str:
-    return _digest("dec_lock_ref", ch04.state_key(state), _int(node_id))
-
-
-def with_unlock_replay(tree, replay: dict) -> dict:
-    """Answer the tree's dec_lock_ref calls from ``replay`` (the reference run's, keyed by the tree they are made
-    in); returns the record of the first divergence."""
-    seen: dict = {"diverged": None}
-
-    def dec_lock_ref(node):
-        entry = replay["dec_lock_ref"].get(lock_key(ch04.snapshot(tree), getattr(node, "id", None)))
-        if entry is None:
-            where = ch04.path_of(tree, node)
-            seen["diverged"] = seen["diverged"] or Diverged(
-                f"dec_lock_ref(the node {_show(where) if isinstance(where, list) else where})", ch04.snapshot(tree))
-            raise seen["diverged"]
-        ch04.set_tree(tree, entry["after"])
-        return entry["result"]
-
-    tree.dec_lock_ref = dec_lock_ref
-    return seen
-
-
 def drive_cache_finished_req(fn, where: str, state: dict, replay: dict) -> dict:
     sch, req = build_sched(state)
-    seen = with_unlock_replay(sch.tree_cache, replay)
-    try:
-        fn(sch, req)
-    except NotImplementedError:
-        raise
-    except Diverged:
-        pass
-    except Exception as e:  # noqa: BLE001 - freeing a slot twice raises in the pool: part of the result
-        if seen["diverged"] is None:
-            return {"raised": type(e).__name__, "message": str(e)[:300], "state": sched_state(sch, req)}
-    if seen["diverged"] is not None:
-        d = seen["diverged"]
-        return {"diverged": d.call, "tree": d.state, "state": sched_state(sch, req)}
+    answers = with_unlock_replay(sch.tree_cache, replay)
+    kind, got = answers.run(lambda: fn(sch, req))
+    if kind == "raised":   # freeing a slot twice raises in the pool: part of the result
+        return {"raised": type(got).__name__, "message": str(got)[:300], "state": sched_state(sch, req)}
+    if kind == "diverged":
+        return {"diverged": got.call, "tree": got.state, "state": sched_state(sch, req)}
     return {"state": sched_state(sch, req)}
-
-
-# ------------------------------------------------------------------------------------------------
-# workloads of requests, and the whole scheduler through them
-
-
-def sched_workload(label: str, kv_capacity_tokens: int, budget: int, max_running: int, arrivals, page_size: int = 1,
-                   policy: str = "fcfs") -> dict:
-    """``arrivals``: [(step, [(name, prompt, max_new_tokens), ...]), ...]; a request is added just before that
-    step (an idle scheduler takes the next ones at once, as RadixEngine.run does)."""
-    return {"label": label, "config": {"kv_capacity_tokens": kv_capacity_tokens, "max_num_batched_tokens": budget,
-                                       "max_num_seqs": max_running, "page_size": page_size, "policy": policy,
-                                       "eos": -1},
-            "arrivals": [[step, [[n, list(p), m] for n, p, m in reqs]] for step, reqs in arrivals]}
-
-
-def _observe(sch, record, reqs: dict) -> list:
-    tree = sch.tree_cache
-    step = [record.kind, [list(x) for x in record.scheduled], [list(x) for x in record.cached],
-            list(record.preempted), list(record.finished)]
-    tv = ch04.view(ch04.snapshot(tree))
-    people = [[r["name"], r["output"], r["status"], r["kv"], r["prefix"], r["last_path"], r["cached"], r["scheduled"]]
-              for r in (req_state(tree, q) for q in reqs.values())]
-    return [step, [r.name for r in sch.waiting], [r.name for r in sch.running],
-            _ints(list(sch.token_to_kv_pool_allocator.free_slots)), tv["sizes"], tv["problems"], tv["rows"], people]
-
-
-def run_scheduler(cls, work: dict, before=None) -> dict:
-    """``cls`` (a RadixScheduler class) through a workload of requests: every step's observation; a step that
-    raises ends the run (a stub's NotImplementedError goes on up). ``before(step)``: the recording's hook."""
-    if not isinstance(getattr(cls, "cache_class", None), type):
-        return {"trace": [], "problem": f"cache_class is {_short.repr(getattr(cls, 'cache_class', None))}; it must "
-                                        "be your RadixCache class"}
-    sch = type(cls.__name__, (cls,), {"cache_class": ch04.counted(cls.cache_class)})(**work["config"])
-    engine = RadixEngine(sch, model=slot_model(sch.token_to_kv_pool_allocator), check=False)
-    pending = {step: reqs for step, reqs in work["arrivals"]}
-    reqs: dict = {}
-    trace: list = []
-    for _ in range(MAX_STEPS):
-        due = [k for k in pending if k <= len(engine.trace)]
-        if not due and pending and sch.is_finished():
-            due = [min(pending)]
-        for k in sorted(due):
-            for name, prompt, max_new in pending.pop(k):
-                reqs[name] = Req(list(prompt), max_new, name=name)
-                sch.add(reqs[name])
-        if not pending and sch.is_finished():
-            return {"trace": trace}
-        if before is not None:
-            before(len(engine.trace))
-        sch.tree_cache.evict_calls = 0
-        try:
-            record = engine.step()
-        except NotImplementedError:
-            raise
-        except Exception as e:  # noqa: BLE001 - part of the run: the reference's never raises here
-            return {"trace": trace, "problem": f"step {len(engine.trace)} raised {type(e).__name__}: {e}"}
-        trace.append(_observe(sch, record, reqs))
-    return {"trace": trace, "problem": f"the workload ran {MAX_STEPS} steps without finishing"}
 
 
 def drive_scheduler(cls, where: str, work: dict) -> dict:
     """The learner's whole RadixScheduler class: its cache class (their locks and eviction) through a workload of
     operations, or the scheduler (with their cache_finished_req too) through a workload of requests."""
     if "ops" in work:
-        cache = ch04.guarded(cls.cache_class)(page_size=work["page_size"], eviction_policy=work["policy"],
-                                              token_to_kv_pool_allocator=ch04.Allocator())
-        return {"trace": ch04.run_ops(cache, work["ops"])}
+        cache = guarded(cls.cache_class)(page_size=work["page_size"], eviction_policy=work["policy"],
+                                         token_to_kv_pool_allocator=Allocator())
+        return {"trace": run_ops(cache, work["ops"])}
     return run_scheduler(cls, work)
-
-
-# ------------------------------------------------------------------------------------------------
-# the reference's runs: where the cases come from (the learner's lab and the grader; never the sandbox)
-
-
-_RECORDS: dict = {}
-
-
-def record_scheduler(work: dict) -> list[tuple]:
-    """Every call of cache_finished_req in a run of the reference scheduler through ``work``, with the state it was
-    made in and the replay of its dec_lock_ref calls. Made once per workload."""
-    key = json.dumps(work, sort_keys=True)
-    if key in _RECORDS:
-        return _RECORDS[key]
-    cases: list = []
-    now = {"where": "", "frame": None}
-
-    class Tree(RadixCache):
-        def dec_lock_ref(self, node):
-            frame = now["frame"]
-            before = ch04.snapshot(self) if frame is not None else None
-            out = RadixCache.dec_lock_ref(self, node)
-            if frame is not None:
-                frame[lock_key(before, node.id)] = {"after": ch04.snapshot(self), "result": out, "node": node.id}
-            return out
-
-    class Recording(RadixScheduler):
-        cache_class = Tree
-
-        def cache_finished_req(self, req):
-            why = "finishing" if req.status == SequenceStatus.FINISHED else "preempting"
-            before, now["frame"] = sched_state(self, req), {}
-            try:
-                RadixScheduler.cache_finished_req(self, req)
-            finally:
-                cases.append((f"{now['where']}, {why} {req.name}", before, {"dec_lock_ref": now["frame"]}))
-                now["frame"] = None
-
-    def before(step):
-        now["where"] = f"step {step} of '{work['label']}'"
-
-    run = run_scheduler(Recording, work, before)
-    if "problem" in run:
-        raise ValueError(f"the reference cannot run '{work['label']}': {run['problem']}")
-    _RECORDS[key] = cases
-    return cases
 
 
 def cases_of(exercise: str, workloads) -> list[tuple]:
@@ -285,7 +116,7 @@ def cases_of(exercise: str, workloads) -> list[tuple]:
         return [(w["label"], w) for w in workloads]
     if exercise == "cache_finished_req":
         return [c for w in workloads if "arrivals" in w for c in record_scheduler(w)]
-    return [tuple(c) for w in workloads if "ops" in w for c in ch04.record(w)[exercise]]
+    return [tuple(c) for w in workloads if "ops" in w for c in record(w)[exercise]]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -356,26 +187,6 @@ def request_workloads() -> list[dict]:
     ]
 
 
-def random_request_workloads(rng: random.Random, n: int) -> list[dict]:
-    """Shared prefixes over three tokens, page sizes 1, 2 and 4, pools small enough to evict and preempt, FCFS and
-    longest prefix first."""
-    out = []
-    while len(out) < n:
-        ps, pool = rng.choice([1, 1, 2, 4]), rng.randint(12, 40)
-        prefix = [rng.randint(0, 2) for _ in range(rng.randint(0, 12))]
-        groups: dict[int, list] = {}
-        for i in range(rng.randint(1, 7)):
-            p = prefix[:rng.randint(0, len(prefix))] + [rng.randint(0, 2) for _ in range(rng.randint(1, 8))]
-            mt = rng.randint(1, 8)
-            if len(p) + mt - 1 <= pool:
-                groups.setdefault(rng.choice([0, 0, 1, 3, 6]), []).append((f"r{i}", p, mt))
-        if groups:
-            policy = rng.choice(["fcfs", "lpm"])
-            out.append(sched_workload(f"random workload {len(out)} ({policy}, page_size {ps}, {pool} slots)", pool,
-                                      rng.randint(1, 40), rng.randint(1, 5), sorted(groups.items()), ps, policy))
-    return out
-
-
 def scheduler_workloads() -> list[dict]:
     return [*lock_workloads(), *request_workloads()]
 
@@ -386,9 +197,9 @@ def scheduler_workloads() -> list[dict]:
 
 def _tree_norm(raw, args):
     if not isinstance(raw, dict) or "state" not in raw:
-        raise Shape(f"the driver returned {_short.repr(raw)}")
+        raise Shape(f"the driver returned {SHORT.repr(raw)}")
     out = {k: raw[k] for k in ("result", "raised", "freed") if k in raw}
-    out["tree"] = ch04.view(raw["state"])
+    out["tree"] = view(raw["state"])
     return out
 
 
@@ -403,9 +214,9 @@ def _locked_freed(before: dict, got: dict) -> str:
     """What evict freed of nodes that were locked before the call (the pitfall's trace, whatever the code)."""
     freed = set(got.get("result") or []) if isinstance(got.get("result"), list) else set()
     for row in before["nodes"][1:]:
-        if isinstance(row[ch04.LOCK], int) and row[ch04.LOCK] > 0 and freed & set(row[ch04.VALUE]):
-            return (f" It freed KV indices of the node {_show(ch04.path_by_id(before, row[ch04.ID]))}, which is "
-                    f"locked (lock_ref {row[ch04.LOCK]}): evict takes only nodes with lock_ref == 0.")
+        if isinstance(row[LOCK], int) and row[LOCK] > 0 and freed & set(row[VALUE]):
+            return (f" It freed KV indices of the node {show(path_by_id(before, row[ID]))}, which is "
+                    f"locked (lock_ref {row[LOCK]}): evict takes only nodes with lock_ref == 0.")
     return ""
 
 
@@ -413,23 +224,23 @@ def _tree_note(args, got, want) -> str:
     before = args[1]
     lines = []
     if all(got.get(k) == want.get(k) for k in ("result", "raised", "freed")):
-        lines.append(f"First difference: {ch04.tree_difference(got['tree'], want['tree']) or 'the trees differ'}")
+        lines.append(f"First difference: {tree_difference(got['tree'], want['tree']) or 'the trees differ'}")
     lines.append("The tree before the call:")
-    lines += [f"    {ln}" for ln in ch04.tree_text(before).splitlines()]
+    lines += [f"    {ln}" for ln in tree_text(before).splitlines()]
     return _locked_freed(before, got) + "\n" + "\n".join(lines)
 
 
 def _finish_norm(raw, args):
     if not isinstance(raw, dict) or "state" not in raw:
-        raise Shape(f"the driver returned {_short.repr(raw)}")
+        raise Shape(f"the driver returned {SHORT.repr(raw)}")
     st = raw["state"]
     req = {k: st["req"][k] for k in ("kv", "prefix", "last_path", "cached", "scheduled")}
-    out = {"free": st["free"], "tree": ch04.view(st["tree"]), "req": req}
+    out = {"free": st["free"], "tree": view(st["tree"]), "req": req}
     for k in ("raised", "diverged"):
         if k in raw:
             out[k] = raw[k]
     if "diverged" in raw:
-        out["at"] = ch04.view(raw["tree"])
+        out["at"] = view(raw["tree"])
     return out
 
 
@@ -448,10 +259,10 @@ _REQ_FIELDS = {"kv": "kv_indices", "prefix": "prefix_indices", "last_path": "las
 def free_difference(a: list, b: list) -> str:
     missing, extra = sorted(set(b) - set(a)), sorted(set(a) - set(b))
     if not missing and not extra:
-        return (f"the pool's free list holds the right slots in another order: yours {_show(a, 16)}, the "
-                f"reference's {_show(b, 16)}")
+        return (f"the pool's free list holds the right slots in another order: yours {show(a, 16)}, the "
+                f"reference's {show(b, 16)}")
     return (f"the pool has {len(a)} free slots; the reference's {len(b)}. Free in the reference's pool but not in "
-            f"yours: {_show(missing, 16)}; free in yours but not in the reference's: {_show(extra, 16)}")
+            f"yours: {show(missing, 16)}; free in yours but not in the reference's: {show(extra, 16)}")
 
 
 def _finish_note(args, got, want) -> str:
@@ -460,29 +271,29 @@ def _finish_note(args, got, want) -> str:
         entries = list(replay["dec_lock_ref"].values())
         body = "the reference does not unlock in this call" if not entries else (
             f"the reference calls it once, after insert, on req.last_node; when yours called, "
-            f"{ch04.tree_difference(got['at'], ch04.view(entries[0]['after'])) or 'the tree was otherwise the same'}")
+            f"{tree_difference(got['at'], view(entries[0]['after'])) or 'the tree was otherwise the same'}")
         body = f"First difference: {body}"
     elif got["free"] != want["free"]:
         body = f"First difference: {free_difference(got['free'], want['free'])}"
     elif got["req"] != want["req"]:
         k = next(k for k in _REQ_FIELDS if got["req"][k] != want["req"][k])
-        body = (f"First difference: afterwards req.{_REQ_FIELDS[k]} is {_short.repr(got['req'][k])}; the "
-                f"reference's is {_short.repr(want['req'][k])} (the hook clears the request)")
+        body = (f"First difference: afterwards req.{_REQ_FIELDS[k]} is {SHORT.repr(got['req'][k])}; the "
+                f"reference's is {SHORT.repr(want['req'][k])} (the hook clears the request)")
     else:
-        body = f"First difference: {ch04.tree_difference(got['tree'], want['tree']) or 'the trees differ'}"
+        body = f"First difference: {tree_difference(got['tree'], want['tree']) or 'the trees differ'}"
     r = before["req"]
     lines = [body, f"Before the call: {r['name']} has {len(r['prompt'])} prompt tokens and {len(r['output'])} "
-                   f"generated, kv_indices {_show(r['kv'], 16)}, prefix_indices {_show(r['prefix'], 16)} (locked "
-                   f"through the node {_show(r['last_path'] or [])}), page_size {before['config']['page_size']}; "
+                   f"generated, kv_indices {show(r['kv'], 16)}, prefix_indices {show(r['prefix'], 16)} (locked "
+                   f"through the node {show(r['last_path'] or [])}), page_size {before['config']['page_size']}; "
                    f"{len(before['free'])} free slots",
              "The tree before the call:"]
-    lines += [f"    {ln}" for ln in ch04.tree_text(before["tree"]).splitlines()]
+    lines += [f"    {ln}" for ln in tree_text(before["tree"]).splitlines()]
     return "\n" + "\n".join(lines)
 
 
 def _run_norm(raw, args):
     if not isinstance(raw, dict) or "trace" not in raw:
-        raise Shape(f"the driver returned {_short.repr(raw)}")
+        raise Shape(f"the driver returned {SHORT.repr(raw)}")
     return raw
 
 
@@ -511,7 +322,7 @@ def _step_difference(mine: list, want: list) -> str:
         if i == 5:
             return (a or ["the tree is broken"])[0]
         if i == 6:
-            return ch04.tree_difference({"sizes": [], "problems": [], "rows": a},
+            return tree_difference({"sizes": [], "problems": [], "rows": a},
                                         {"sizes": [], "problems": [], "rows": b}) or "the trees differ"
         if i == 7:
             fields = ("output_ids", "status", "kv_indices", "prefix_indices", "last_node (its path)",
@@ -519,8 +330,8 @@ def _step_difference(mine: list, want: list) -> str:
             for ra, rb in zip(a, b):
                 if ra != rb:
                     j = next(j for j in range(1, 8) if ra[j] != rb[j])
-                    return f"{rb[0]}'s {fields[j - 1]} is {_short.repr(ra[j])}; the reference's is {_short.repr(rb[j])}"
-        return f"{_OBS[i]}: yours {_short.repr(a)}; the reference's {_short.repr(b)}"
+                    return f"{rb[0]}'s {fields[j - 1]} is {SHORT.repr(ra[j])}; the reference's is {SHORT.repr(rb[j])}"
+        return f"{_OBS[i]}: yours {SHORT.repr(a)}; the reference's {SHORT.repr(b)}"
     return "the states differ"
 
 
@@ -529,7 +340,7 @@ def _describe(work: dict) -> str:
     head = (f"RadixScheduler(kv_capacity_tokens={c['kv_capacity_tokens']}, "
             f"max_num_batched_tokens={c['max_num_batched_tokens']}, max_num_seqs={c['max_num_seqs']}, "
             f"page_size={c['page_size']}, policy={c['policy']!r})")
-    reqs = [f"    {n}: prompt {_show(p, 14)} ({len(p)} tokens), max_new_tokens={m}, added before step {step}"
+    reqs = [f"    {n}: prompt {show(p, 14)} ({len(p)} tokens), max_new_tokens={m}, added before step {step}"
             for step, group in work["arrivals"] for n, p, m in group]
     return head + "\n  requests:\n" + "\n".join(reqs)
 
@@ -537,7 +348,7 @@ def _describe(work: dict) -> str:
 def _run_note(args, got, want) -> str:
     work = args[1]
     if "ops" in work:
-        return ch04.trace_note(args, got, want, "Your RadixCache (your locks and eviction)")
+        return trace_note(args, got, want, "Your RadixCache (your locks and eviction)")
     who = "Your RadixScheduler (your locks, eviction and cache_finished_req)"
     for k, (mine, theirs) in enumerate(zip(got["trace"], want["trace"])):
         if mine == theirs:

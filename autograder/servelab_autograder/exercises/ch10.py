@@ -16,7 +16,6 @@ verdicts are the grader's (``servelab_autograder.judge.checks.ch10``).
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 
@@ -24,14 +23,15 @@ from servelab.engine import asynchronous
 from servelab.schedulers import async_scheduler as ref
 from servelab.schedulers.async_scheduler import AsyncScheduler, Step
 from servelab.schedulers.scheduler import SamplingParams, Sequence
-from servelab_autograder.exercises import ch02, common, spec
+from servelab_autograder.exercises import common, nanovllm_state, spec
+from servelab_autograder.exercises.nanovllm_state import plain_value as _plain
+from servelab_autograder.exercises.replay import once_per_workload
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch10_async_scheduling"
 VOCAB, EOS = 10, 3        # the recording model's small vocabulary: end-of-sequence comes up often
 MAX_STEPS = 500
 _short = common.short_repr(16, 80)
-_plain = ch02._plain
 
 
 # ------------------------------------------------------------------------------------------------
@@ -46,14 +46,14 @@ def snapshot(sch: AsyncScheduler, seqs: dict) -> dict:
                  "hashed": _plain(getattr(s, "num_hashed_blocks", None)),
                  "preemptions": _plain(getattr(s, "num_preemptions", None)),
                  "new_block": _plain(getattr(s, "new_block_last_step", None))} for n, s in seqs.items()}
-    return {"base": ch02.snapshot(sch, seqs), "async": extra,
+    return {"base": nanovllm_state.snapshot(sch, seqs), "async": extra,
             "wasted_slots": _plain(sch.wasted_slots), "wasted_blocks": _plain(sch.wasted_blocks),
             "num_steps": _plain(sch.num_steps)}
 
 
 def build(state: dict) -> tuple[AsyncScheduler, dict]:
     """An AsyncScheduler and its sequences, by name, in ``state``."""
-    sch, seqs = ch02.build(state["base"], cls=AsyncScheduler)
+    sch, seqs = nanovllm_state.build(state["base"], cls=AsyncScheduler)
     for name, st in state["async"].items():
         s = seqs[name]
         s.num_placeholders, s.num_done_tokens = st["placeholders"], st["done"]
@@ -114,19 +114,10 @@ def scenario(label: str, num_blocks: int, block_size: int, budget: int, requests
             "requests": [[n, list(p), m, ie] for n, p, m, ie in requests]}
 
 
-_RECORDS: dict = {}
-
-
+@once_per_workload
 def record(sc: dict) -> dict | None:
     """A run of the reference through ``sc``: each postprocess call (where, state before, step), the run's
     trace (``trace_of``) and its waste counters. None when the requests do not fit. Made once."""
-    key = json.dumps(sc, sort_keys=True)
-    if key not in _RECORDS:
-        _RECORDS[key] = _record(sc)
-    return _RECORDS[key]
-
-
-def _record(sc: dict) -> dict | None:
     sch = AsyncScheduler(**sc["config"])
     seqs: dict = {}
     try:
@@ -215,7 +206,7 @@ def first_difference(got: dict, want: dict) -> str | None:
         for field, value in st.items():
             if mine.get(field) != value:
                 return f"{name}.{_ASYNC_FIELDS[field]} is {_short.repr(mine.get(field))}; the reference's is {value}"
-    diff = ch02.first_difference(got["base"], want["base"])
+    diff = nanovllm_state.first_difference(got["base"], want["base"])
     return None if diff is None else diff.replace("nano-vllm's", "the reference's")
 
 
