@@ -4,6 +4,7 @@ with a warning that names the new place."""
 
 import ast
 import importlib
+import re
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,8 @@ GRADER_LAYERS = [("servelab_autograder._moved",), ("servelab_autograder.exercise
 RANK = {pkg: i for layers in (LAYERS, GRADER_LAYERS) for i, pkgs in enumerate(layers) for pkg in pkgs}
 
 MAX_LINES = 600
+# a chapter's exercise module is an adapter over the shared kernel-side modules (replay, radix_*, nanovllm_*, ...)
+EXERCISE_MAX_LINES = 420
 
 
 def _modules() -> dict[str, Path]:
@@ -162,9 +165,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_module_over_600_lines(name):
+def test_no_module_over_its_line_limit(name):
     lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines (limit {MAX_LINES}): split it by concept"
+    exercise = re.fullmatch(r"servelab_autograder\.exercises\.ch\d\d", name)
+    limit = EXERCISE_MAX_LINES if exercise else MAX_LINES
+    assert lines <= limit, f"{name} has {lines} lines (limit {limit}): split it by concept"
 
 
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))

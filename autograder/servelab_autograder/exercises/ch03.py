@@ -24,10 +24,11 @@ import numpy as np
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
-from servelab.engine import v1 as v1_driver
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import ch03_v1, common, spec
+from servelab_autograder.exercises.ch03_v1 import V1_CASES, v1_workload  # noqa: F401 - the notebook's _grade.V1_CASES
+from servelab_autograder.exercises.common import some
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch03_token_budget"
@@ -101,139 +102,6 @@ def drive_schedule(fn, policy, state):
     step = type("YourMixedBudget", (MixedBudget,), {"schedule": fn})(**policy).schedule(st)
     return step, {**{name: getattr(st, name) for name in ("running", "kv_free", "preempted_this_step", *_COUNTERS)},
                   "waiting": list(st.waiting), "admitted": ~np.isnan(np.asarray(st.first_scheduled_s, dtype=float))}
-
-
-# ------------------------------------------------------------------------------------------------
-# vLLM V1's schedule(): a whole workload through the learner's method
-
-
-def v1_workload(workload) -> dict[int, list[vllm_scheduler.Request]]:
-    """The Requests of a V1 case, by the step they arrive at: each entry is [arrival step, request id, prompt
-    token ids, max_tokens, priority] (arrival_time is the entry's place in the list, so ties cannot happen)."""
-    out: dict[int, list[vllm_scheduler.Request]] = {}
-    for k, (step, rid, prompt, max_tokens, priority) in enumerate(workload):
-        out.setdefault(step, []).append(vllm_scheduler.Request(rid, list(prompt), max_tokens, ignore_eos=True,
-                                                               priority=priority, arrival_time=float(k)))
-    return out
-
-
-def v1_trace(records) -> list[dict]:
-    """A run's steps as plain data: scheduled (id, tokens) in order, admitted, resumed, preempted, finished ids,
-    free blocks after scheduling."""
-    return [{"scheduled": [[rid, n] for rid, n in r.output.num_scheduled_tokens.items()],
-             "new": list(r.output.scheduled_new_reqs), "resumed": list(r.output.scheduled_resumed_reqs),
-             "preempted": list(r.output.preempted_req_ids), "hits": dict(r.output.num_hit_tokens),
-             "finished": sorted(r.finished), "free_blocks": r.output.num_free_blocks} for r in records]
-
-
-def drive_v1_schedule(fn, config, workload) -> dict:
-    """The V1 case's workload run to the end with ``fn`` as the ``schedule`` of a vllm_scheduler.Scheduler of
-    ``config`` (the fake model samples one token whenever a request's scheduled range reaches its end); its steps,
-    or where the run stopped."""
-    scheduler = type("YourV1", (vllm_scheduler.Scheduler,), {"schedule": fn})(**config)
-    limit = 20 * sum(len(prompt) + max_tokens for _, _, prompt, max_tokens, _ in workload) + 50
-    try:
-        return {"steps": v1_trace(v1_driver.run(scheduler, v1_workload(workload), max_steps=limit))}
-    except NotImplementedError:
-        raise
-    except RuntimeError as e:   # stuck, or never finishing: what happened, as data
-        return {"steps": [], "stopped": str(e)[:300]}
-
-
-def _norm_v1(raw, args) -> tuple:
-    if not isinstance(raw, dict) or not isinstance(raw.get("steps"), list):
-        raise Shape(f"expected the driver's answer, not {_short.repr(raw)}")
-    if raw.get("stopped"):
-        return ("stopped", raw["stopped"])
-    steps = []
-    for k, st in enumerate(raw["steps"]):
-        if not isinstance(st, dict) or not isinstance(st.get("scheduled"), list):
-            raise Shape(f"step {k} is {_short.repr(st)}")
-        steps.append((tuple((str(r), common.as_int(n, f"step {k}'s tokens for {r}", "tokens", _short))
-                            for r, n in st["scheduled"]),
-                      tuple(st["new"]), tuple(st["resumed"]), tuple(st["preempted"]),
-                      tuple(sorted((str(r), int(n)) for r, n in st["hits"].items())), tuple(st["finished"]),
-                      common.as_int(st["free_blocks"], f"step {k}'s free blocks", "blocks", _short)))
-    return ("steps", tuple(steps))
-
-
-def _some(items, sep: str = ", ", k: int = 8) -> str:
-    """The first k items joined, and how many more: a step of a thousand requests stays one readable line."""
-    items = list(items)
-    return sep.join(map(str, items[:k])) + (f"{sep}... ({len(items) - k} more)" if len(items) > k else "")
-
-
-def _v1_step_text(st) -> str:
-    scheduled, new, resumed, preempted, hits, finished, free = st
-    text = _some((f"{r}:{n}" for r, n in scheduled), " ") or "nothing"
-    extra = [f"{label} {_some(ids)}" for label, ids in (("admitted", new), ("resumed", resumed),
-                                                        ("preempted", preempted)) if ids]
-    extra += [f"hit {_some(f'{r}:{n}' for r, n in hits if n)}"] if any(n for _, n in hits) else []
-    return text + (f" ({'; '.join(extra)})" if extra else "") + f", {free} free blocks"
-
-
-def _show_v1(result) -> str:
-    kind, body = result
-    if kind == "stopped":
-        return f"a run that stopped: {body}"
-    return f"{len(body)} steps, starting: " + " | ".join(_v1_step_text(st) for st in body[:3])
-
-
-def _v1_note(args, got, want) -> str:
-    if got[0] == "stopped" or want[0] == "stopped":
-        return ""
-    for k, (g, w) in enumerate(zip(got[1], want[1])):
-        if g != w:
-            return f" First difference, step {k}: yours {_v1_step_text(g)}; expected {_v1_step_text(w)}."
-    return f" Yours took {len(got[1])} steps, the reference {len(want[1])}."
-
-
-def _tokens_from(first: int, n: int) -> list[int]:
-    return list(range(first, first + n))
-
-
-# The chapter's V1 cases, (config, workload): the visible test's and the first of the grader's fixed ones.
-V1_CASES = {
-    # three prompts of 6, 5 and 3 tokens, 4 new tokens each, 8 tokens a step: the walkthrough's A, B, C
-    "abc": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=8, max_num_seqs=8),
-            [[0, "A", _tokens_from(100, 6), 4, 0], [0, "B", _tokens_from(200, 5), 4, 0],
-             [0, "C", _tokens_from(300, 3), 4, 0]]),
-    # two identical 40-token prompts in one step: B hits the two full blocks A is computing in that very step
-    "twins": (dict(block_size=16, num_blocks=16, max_num_batched_tokens=256, max_num_seqs=8),
-              [[0, "A", _tokens_from(100, 40), 2, 0], [0, "B", _tokens_from(100, 40), 2, 0]]),
-    # a lone request ignores the threshold: 53 tokens, then 23
-    "lone": (dict(block_size=16, num_blocks=16, max_num_batched_tokens=53, max_num_seqs=8,
-                  long_prefill_token_threshold=32), [[0, "A", _tokens_from(100, 76), 2, 0]]),
-    # two long prompts under a threshold of 16 share a 48-token budget; a short one arriving later gets in
-    "threshold": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=48, max_num_seqs=8,
-                       long_prefill_token_threshold=16),
-                  [[0, "A", _tokens_from(100, 60), 2, 0], [0, "B", _tokens_from(200, 40), 2, 0],
-                   [1, "C", _tokens_from(300, 6), 3, 0]]),
-    # six usable blocks of 4 for three growing requests: the tail of running is preempted, nobody is admitted then
-    "preempt": (dict(block_size=4, num_blocks=7, max_num_batched_tokens=64, max_num_seqs=8,
-                     enable_prefix_caching=False),
-                [[0, "A", _tokens_from(100, 7), 8, 0], [0, "B", _tokens_from(200, 7), 8, 0],
-                 [1, "C", _tokens_from(300, 4), 4, 0]]),
-    # the same under "priority": the victim is the largest priority value (B is 2), wherever it runs
-    "priority": (dict(block_size=4, num_blocks=7, max_num_batched_tokens=64, max_num_seqs=8, policy="priority",
-                      enable_prefix_caching=False),
-                 [[0, "A", _tokens_from(100, 7), 8, 0], [0, "B", _tokens_from(200, 7), 8, 2],
-                  [1, "C", _tokens_from(300, 4), 4, 1]]),
-    # at most two running: the third waits although the budget has room
-    "max_num_seqs": (dict(block_size=4, num_blocks=64, max_num_batched_tokens=64, max_num_seqs=2),
-                     [[0, "A", _tokens_from(100, 5), 3, 0], [0, "B", _tokens_from(200, 5), 2, 0],
-                      [0, "C", _tokens_from(300, 5), 2, 0]]),
-    # B's first chunk would fit, its whole prompt does not: it waits for A's blocks
-    "gate": (dict(block_size=4, num_blocks=9, max_num_batched_tokens=8, max_num_seqs=8,
-                  enable_prefix_caching=False),
-             [[0, "A", _tokens_from(100, 12), 6, 0], [1, "B", _tokens_from(200, 28), 2, 0]]),
-}
-
-
-def _v1_call(args) -> str:
-    config, workload = args
-    knobs = ", ".join(f"{k}={v}" for k, v in config.items())
-    return f"V1 schedule over {len(workload)} requests ({knobs})"
 
 
 # the references, called as the exercises are
@@ -331,14 +199,14 @@ def _state_text(s: dict) -> str:
         kind = "decoding" if s["reserved"][i] < s["seq_len"][i] else f"prefill {s['computed'][i]}/{s['seq_len'][i]}"
         return f"{i} ({kind}, {s['reserved'][i]} KV)"
 
-    waiting = _some(f"{i} ({s['seq_len'][i] - s['computed'][i]} tokens)" for i in s["waiting"])
-    return f"running [{_some(seq(i) for i in s['running'])}], waiting [{waiting}], kv_free {s['kv_free']}"
+    waiting = some(f"{i} ({s['seq_len'][i] - s['computed'][i]} tokens)" for i in s["waiting"])
+    return f"running [{some(seq(i) for i in s['running'])}], waiting [{waiting}], kv_free {s['kv_free']}"
 
 
 def _show_schedule(result) -> str:
     batch, s = result
-    step = _some((f"{i}:{t}" for i, t in batch), " ") + f" ({sum(t for _, t in batch)} tokens)" if batch else "nothing"
-    return (f"{step}, leaving running [{_some(s['running'])}], waiting [{_some(s['waiting'])}], kv_free {s['kv_free']}"
+    step = some((f"{i}:{t}" for i, t in batch), " ") + f" ({sum(t for _, t in batch)} tokens)" if batch else "nothing"
+    return (f"{step}, leaving running [{some(s['running'])}], waiting [{some(s['waiting'])}], kv_free {s['kv_free']}"
             + (", preempted this step" if s["preempted_this_step"] else ""))
 
 
@@ -351,9 +219,9 @@ def _schedule_call(args) -> str:
 def _schedule_note(args, got, want) -> str:
     (_, mine), (_, ref) = got, want
     lines = ["the batch is right but the state afterwards differs"] if got[0] == want[0] else []
-    shown = {k: f"[{_some(v)}]" if isinstance(v, list) else v for k, v in mine.items()}
+    shown = {k: f"[{some(v)}]" if isinstance(v, list) else v for k, v in mine.items()}
     lines += [f"state.{k}: yours {shown[k]}, the reference's "
-              f"{f'[{_some(ref[k])}]' if isinstance(ref[k], list) else ref[k]}"
+              f"{f'[{some(ref[k])}]' if isinstance(ref[k], list) else ref[k]}"
               for k in ("running", "waiting", "kv_free", "preempted_this_step") if mine[k] != ref[k]]
     requests = []
     for i in range(len(ref["seq_len"])):
@@ -407,8 +275,8 @@ SPECS = {s.name: s for s in [
          driver=f"{__name__}:drive_max_chunk"),
     Spec("max_backlog", ("budget", "num_decodes", "step_s", "ttft_target_s"), costmodel.max_backlog_tokens, _backlog,
          lambda x: f"{x if isinstance(x, int) else f'{x:.10g}'} tokens", note=_backlog_note),
-    Spec("v1_schedule", ("config", "workload"), vllm_scheduler.Scheduler.schedule, _norm_v1, _show_v1,
-         note=_v1_note, driver=f"{__name__}:drive_v1_schedule", call=_v1_call),
+    Spec("v1_schedule", ("config", "workload"), vllm_scheduler.Scheduler.schedule, ch03_v1.norm_v1, ch03_v1.show_v1,
+         note=ch03_v1.v1_note, driver=f"{ch03_v1.__name__}:drive_v1_schedule", call=ch03_v1.v1_call),
 ]}
 
 _DEFAULTS = {"step_time": {"chunks": (), "decodes": (), "overhead_s": OVERHEAD_S},

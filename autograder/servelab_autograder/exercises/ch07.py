@@ -1,26 +1,20 @@
 """Chapter 07's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
-The learner writes the three pieces of the engine between ``schedule()`` and the sampled tokens:
-``prepare_prefill`` and ``prepare_decode`` (a scheduled batch of sequences into a :class:`servelab.engine.llm.Batch`
-of tensors) and ``paged_attention`` (one layer's K/V stored through the slot mapping, then each sequence's
-queries against its context read back through its block table). Each is run by a *driver* on plain data:
+The learner writes the engine between ``schedule()`` and the sampled tokens: ``prepare_prefill`` and
+``prepare_decode`` (a scheduled batch into a :class:`servelab.engine.llm.Batch`) and ``paged_attention`` (one
+layer's K/V stored through the slot mapping, then each sequence's queries against its context read back through
+its block table). Each runs through a *driver* on plain data:
 
-- a case of the two ``prepare_*`` is ``(states, block_size)``: one dict per scheduled sequence, as the
-  scheduler leaves it before the step (``token_ids``, ``block_table``, ``num_cached_tokens``,
-  ``num_scheduled_tokens``). :func:`sequences` builds the ``Sequence`` objects, the driver calls the function
-  and hands back the batch's fields as lists and the sequences as they were left (a prepare step reads them
-  and changes nothing);
-- a case of ``paged_attention`` is ``(batch, num_blocks, block_size, num_q_heads, num_kv_heads, head_dim,
-  seed)``: the batch's fields as lists. :func:`attention_inputs` draws q, k, v and a cache whose slots hold
-  random K/V where each sequence's cached prefix lives, stale random values in the slots this step writes, and
-  NaN everywhere else: a key read from a slot no sequence owns reaches the output as NaN, one read before its
-  store gives a finite wrong answer. The driver hands back the output, the cache's slots of this step, and how
-  many other slots changed.
+- ``prepare_*``: ``(states, block_size)``, one dict per scheduled sequence as the scheduler leaves it before the
+  step; :func:`sequences` builds the ``Sequence`` objects, and the driver hands back the batch's fields and the
+  sequences as they were left (a prepare step changes nothing);
+- ``paged_attention``: ``(batch, num_blocks, block_size, num_q_heads, num_kv_heads, head_dim, seed)``;
+  :func:`attention_inputs` draws q, k, v and a cache with random K/V where each cached prefix lives, stale
+  values in the slots this step writes and NaN elsewhere (a key read from a slot no sequence owns shows as NaN,
+  one read before its store gives a finite wrong answer).
 
-:func:`diagnose` is a visible assert's message: the case, what came back, what was expected, the first field
-and row that differ, and the pitfall's name on the first line when the chapter's atlas knows what that mistake
-returns on this case. The hidden cases and the verdicts are the grader's (``servelab_autograder.judge.checks.ch07``),
-outside the learner's kernel.
+:func:`diagnose` is a visible assert's message, naming the pitfall when the chapter's atlas knows it. The hidden
+cases and verdicts are the grader's (``servelab_autograder.judge.checks.ch07``), outside the learner's kernel.
 """
 
 from __future__ import annotations

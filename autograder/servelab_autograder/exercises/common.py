@@ -38,6 +38,12 @@ class Shape(Exception):
     """The learner's result does not have the promised shape (message in the learner's terms)."""
 
 
+def some(items, sep: str = ", ", k: int = 8) -> str:
+    """The first k items joined, and how many more: a step of a thousand requests stays one readable line."""
+    items = list(items)
+    return sep.join(map(str, items[:k])) + (f"{sep}... ({len(items) - k} more)" if len(items) > k else "")
+
+
 def as_int(x, what: str, unit: str, short: reprlib.Repr, strict: bool = False) -> int:
     """``x`` as an int, when it is a whole number (a whole float included, unless ``strict``: a contract that
     returns an int) but not a bool; ``what`` names it, ``unit`` says what it counts."""

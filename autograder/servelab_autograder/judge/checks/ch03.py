@@ -48,7 +48,7 @@ import random
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
 from servelab_autograder import paths
-from servelab_autograder.exercises import ch03, common, spec
+from servelab_autograder.exercises import ch03, ch03_v1, common, spec
 from servelab_autograder.exercises.ch03 import Scenario
 from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.judge import known_wrong
@@ -390,8 +390,8 @@ V1_HIDDEN = (
      [[0, "A", [1], 3, 0], [0, "B", [2], 3, 0], [0, "C", [3], 3, 0]]),
     # a threshold of 1 token: every prompt goes one token a step while another request is there
     (dict(block_size=4, num_blocks=16, max_num_batched_tokens=8, max_num_seqs=4, long_prefill_token_threshold=1),
-     [[0, "A", ch03._tokens_from(100, 5), 2, 0], [0, "B", ch03._tokens_from(200, 3), 2, 0],
-      [3, "C", ch03._tokens_from(300, 4), 2, 0]]),
+     [[0, "A", ch03_v1.tokens_from(100, 5), 2, 0], [0, "B", ch03_v1.tokens_from(200, 3), 2, 0],
+      [3, "C", ch03_v1.tokens_from(300, 4), 2, 0]]),
     # 1,100 one-token prompts in one step, then 1,100 decodes in the next: no loop may stop at a count
     (dict(block_size=16, num_blocks=1200, max_num_batched_tokens=2048, max_num_seqs=2048,
           enable_prefix_caching=False), [[0, f"s{i}", [i], 2, 0] for i in range(1100)]),
