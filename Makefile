@@ -18,8 +18,10 @@ PYTEST_ARGS ?=
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing servelab and its dependencies into $(VENV) (log: $(VENV)/pip.log)"
-	@$(BIN)/python -m pip install -q -e '.[dev]' >$(VENV)/pip.log 2>&1 || { tail -40 $(VENV)/pip.log; exit 1; }
+	@echo "installing servelab and its dependencies into $(VENV): a few minutes the first time (log: $(VENV)/pip.log)"
+	@set -o pipefail; $(BIN)/python -m pip install -e '.[dev]' 2>&1 | tee $(VENV)/pip.log | \
+	  { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed)' | cut -c1-110 || true; } \
+	  || { tail -40 $(VENV)/pip.log; exit 1; }
 	@$(BIN)/python -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
 	@touch $@
 
@@ -52,20 +54,23 @@ release-if-stale: setup
 # The learner's lab serves course/ without nbgrader's instructor tools or the news pop-up (lab/learner, for this
 # server only); the instructor's serves the repository with formgrader and Create Assignment.
 LEARNER_LAB := $(CURDIR)/lab/learner
+LOCAL_LAB := $(CURDIR)/lab/local
 lab: setup release-if-stale
-	JUPYTER_CONFIG_PATH=$(LEARNER_LAB)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	JUPYTER_CONFIG_PATH=$(LOCAL_LAB):$(LEARNER_LAB)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	  $(BIN)/jupyter lab --notebook-dir=course --LabApp.app_settings_dir=$(LEARNER_LAB)/settings \
 	  --LabApp.default_url=/lab/tree/README.md --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
-	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) 2>&1 | $(BIN)/python scripts/lab_url.py
 
 lab-instructor: setup release-if-stale
 	$(BIN)/jupyter lab --notebook-dir=. --ServerApp.ip=$(IP) --ServerApp.port=$(PORT) $(LAB_ARGS) \
-	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) 2>&1 | $(BIN)/python scripts/lab_url.py
 
-# Grade your own course/ notebooks (all, or CH=ch03_token_budget) with the hidden tests, in the sandbox when
-# this machine has one; never changes them. Progress: .servelab/progress.json.
+# Grade your own course/ notebooks (all, or CH=ch03 / CH=ch03_token_budget) with the hidden tests, in the sandbox
+# when this machine has one; never changes them (only the chapter asked for is rebuilt first, if its sources
+# changed). Progress: .servelab/progress.json.
 CH ?=
-check: setup release-if-stale
+check: setup
+	@$(BIN)/python -m servelab_autograder.course.release --if-stale $(CH)
 	@$(BIN)/python -m servelab_autograder.course.check $(CH)
 
 # pytest-xdist workers: one more than the cores by default, since many tests spend their time waiting on a

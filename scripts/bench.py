@@ -337,7 +337,7 @@ def write_results(rows: list[Row], args: argparse.Namespace, started: dt.datetim
         "",
         f"- date: {when}",
         f"- machine: nproc {_nproc()}, CPU {_cpu_model()}, {platform.system()} {platform.machine()}",
-        f"- python: {platform.python_version()} ({sys.executable})",
+        f"- python: {platform.python_version()} ({results_md.shown(sys.executable)})",
         f"- scope: {scope}",
         "",
         *_table(rows),

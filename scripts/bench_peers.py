@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_radix  # noqa: E402
 import peers_scheduler  # noqa: E402
+import results_md  # noqa: E402
 from results_md import record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
@@ -46,7 +47,7 @@ def rows(args) -> tuple[list[tuple[str, dict]], list[str]]:
     nano = args.nano_vllm or os.environ.get("SERVELAB_NANO_VLLM")
     if nano:
         commit = peers_scheduler.NanoVllm(nano).commit or args.nano_vllm_commit or "unknown (no .git)"
-        notes.append(f"nano-vllm: {nano} at commit {commit}")
+        notes.append(f"nano-vllm: {results_md.shown(nano)} at commit {commit}")
     else:
         notes.append("nano-vllm: none given (--nano-vllm DIR): servelab's scheduler figures alone")
     scheduler = peers_scheduler.measure(nano, args.repeats, args.quick)

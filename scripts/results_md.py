@@ -11,6 +11,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
 
 
+def shown(path) -> str:
+    """A path as the record shows it: relative to the repository when inside it, else by its name alone (a
+    machine's own folders say nothing to a reader, and the record is committed)."""
+    path = Path(path).absolute()
+    root = RESULTS.parents[1]
+    return str(path.relative_to(root)) if path.is_relative_to(root) else path.name
+
+
 def record(text: str, section: str, mark: str) -> str:
     """`text` (bench/results.md) with `section` (which starts with `mark`) put in: in place of the old one (from
     `mark` to the next section marker or the end), else just before the first other section (so

@@ -4,10 +4,12 @@ bench/results.md kept beside the other scripts' (no timing is asserted)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 
 
 def _script(name: str):
@@ -48,3 +50,12 @@ def test_a_disagreement_is_loud_and_fails(capsys, monkeypatch):
     assert bench.main(["--quick"]) == 1
     out = capsys.readouterr().out
     assert "AGREEMENT FAILED on W1" in out and "**NO**" in out
+
+
+def test_the_record_shows_no_machines_folders():
+    results_md = _script("results_md")
+    assert results_md.shown(ROOT / ".venv" / "bin" / "python") == ".venv/bin/python"
+    assert results_md.shown("/somewhere/else/nano-vllm") == "nano-vllm"
+    text = (ROOT / "bench" / "results.md").read_text(encoding="utf-8")
+    absolute = re.findall(r"(?:^|[\s(`'\"])(/[\w.-]+/[\w./-]*)", text, re.M)
+    assert not absolute, f"bench/results.md records absolute paths: {absolute}"

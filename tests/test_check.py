@@ -86,6 +86,12 @@ def test_check_keeps_progress_and_leaves_the_notebook_alone(checked):
     assert "your progress" in text and "to do: simulate_continuous" in text, text
 
 
+def test_check_says_in_a_learners_words_where_the_notebook_runs(monkeypatch):
+    monkeypatch.setattr(sandbox, "check", lambda: None)
+    use, line = check.where_to_grade()
+    assert use and "grading sandbox (no network" in line and "mode" not in line
+
+
 def test_check_says_when_there_is_no_sandbox(monkeypatch):
     def refuse():
         raise sandbox.SandboxUnavailable("bwrap is not installed")

@@ -201,3 +201,25 @@ def test_start_page_maps_every_chapter():
     for a, target in links.items():
         assert (ROOT / paths.RELEASE_DIR / target).resolve() == paths.release_notebook(ROOT, a).resolve(), a
     assert "make check" in page and "make check CH=" in page
+
+
+def test_a_chapter_is_named_whole_or_by_its_short_id():
+    assert paths.resolve(["ch03_token_budget", "ch03", "3", "03"], CHAPTERS) == ["ch03_token_budget"] * 4
+    assert paths.resolve([], CHAPTERS) == []
+    for wrong in ("ch99", "token_budget", "ch0", "99"):
+        with pytest.raises(ValueError, match=f"no chapter '{wrong}': .*ch03 \\(ch03_token_budget\\)"):
+            paths.resolve([wrong], CHAPTERS)
+
+
+def test_if_stale_touches_only_the_chapters_asked_for_and_says_so_in_one_line(monkeypatch, capsys):
+    asked = []
+    monkeypatch.setattr(release, "is_stale", lambda root, a, stamps: asked.append(a) and False)
+    monkeypatch.setattr(release, "save_stamps", lambda root, stamps: None)
+    monkeypatch.setattr(release, "find_leaks", lambda root, todo: [])
+    assert release.main(["--if-stale", "ch02"]) == 0
+    assert asked == ["ch02_nanovllm_scheduler"]
+    assert capsys.readouterr().out == "up to date  ch02_nanovllm_scheduler\n"
+    assert release.main(["--if-stale"]) == 0
+    assert capsys.readouterr().out == f"up to date  {len(CHAPTERS)} chapters\n"
+    assert release.main(["--if-stale", "ch99"]) == 2
+    assert "no chapter 'ch99'" in capsys.readouterr().err

@@ -26,6 +26,20 @@ def chapters(root: Path | None = None) -> list[str]:
     return sorted(d.name for d in src.iterdir() if (d / f"{d.name}.ipynb").is_file())
 
 
+def resolve(names: list[str], known: list[str]) -> list[str]:
+    """The chapters ``names`` asks for, each given whole (``ch03_token_budget``) or by its short id (``ch03``, or
+    ``3``); a ValueError that lists the chapters when one matches none."""
+    out = []
+    for name in names:
+        short = f"ch{int(name):02d}" if name.isdigit() else name
+        found = [a for a in known if a == name or a.split("_", 1)[0] == short]
+        if len(found) != 1:
+            raise ValueError(f"no chapter {name!r}: give its name or its short id, one of "
+                             + ", ".join(f"{a.split('_', 1)[0]} ({a})" for a in known))
+        out.append(found[0])
+    return out
+
+
 def source_notebook(root: Path, assignment: str) -> Path:
     return root / SOURCE_DIR / assignment / f"{assignment}.ipynb"
 

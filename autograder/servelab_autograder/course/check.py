@@ -46,7 +46,8 @@ def where_to_grade() -> tuple[bool, str]:
     except sandbox.SandboxUnavailable as err:
         return False, (f"no grading sandbox on this machine ({err}): your notebook runs without one, as you "
                        f"(it is your own code)")
-    return True, f"your notebook runs in a {sandbox.mode()}-mode sandbox, as it would when your instructor grades"
+    return True, ("your notebook runs in the grading sandbox (no network, no other files, limits on time and memory), "
+                  "as it does when your instructor grades it")
 
 
 def cell_report(out: Path, assignment: str) -> list[tuple[str, float, float, list[str]]]:
@@ -143,7 +144,7 @@ def render_progress(progress: dict, chapters: list[str], path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servelab_autograder.course.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("chapters", nargs="*", help="chapters to check (default: every chapter in course/)")
+    parser.add_argument("chapters", nargs="*", help="chapters to check, by name or short id (ch03); default: all")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="seed of the random cases (default: a fresh one each run, printed)")
     parser.add_argument("--course", type=Path, default=None, metavar="DIR",
@@ -156,11 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     course = (args.course or root / paths.RELEASE_DIR).resolve()
     state = (args.state or root / STATE).resolve()
     known = [a for a in paths.chapters(root) if (course / a / f"{a}.ipynb").is_file()]
-    unknown = [a for a in args.chapters if a not in known]
-    if unknown:
-        print(f"unknown chapter(s): {', '.join(unknown)} (have: {', '.join(known)})", file=sys.stderr)
+    try:
+        todo = paths.resolve(args.chapters, known) or known
+    except ValueError as err:
+        print(err, file=sys.stderr)
         return 2
-    todo = args.chapters or known
     if not todo:
         print(f"no chapter notebooks under {course} (expected <chapter>/<chapter>.ipynb)", file=sys.stderr)
         return 2

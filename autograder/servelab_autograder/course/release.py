@@ -43,6 +43,7 @@ from servelab_autograder.paths import (
     read_json,
     release_notebook,
     repo_root,
+    resolve,
     visible_files,
 )
 from servelab_autograder.runner.nbgrader_process import Run, last_error, run_nbgrader, venv_path_env
@@ -366,7 +367,7 @@ def is_stale(root: Path, assignment: str, stamps: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servelab_autograder.course.release", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("assignments", nargs="*", help="chapters to build (default: every solutions/*)")
+    parser.add_argument("assignments", nargs="*", help="chapters to build, by name or short id (ch03); default: all")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="build into a temp dir, exit 1 if course/ differs")
     mode.add_argument("--if-stale", action="store_true", help="rebuild only chapters whose sources changed")
@@ -375,11 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     root = repo_root()
     os.environ.update(venv_path_env())
     known = chapters(root)
-    unknown = [a for a in args.assignments if a not in known]
-    if unknown:
-        print(f"unknown chapter(s): {', '.join(unknown)} (have: {', '.join(known) or 'none'})", file=sys.stderr)
+    try:
+        todo = resolve(args.assignments, known) or known
+    except ValueError as err:
+        print(err, file=sys.stderr)
         return 2
-    todo = args.assignments or known
     if not todo:
         print(f"no chapters under {root / SOURCE_DIR}")
         return 0
@@ -400,10 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if stale or leaks else 0
 
     stamps = load_stamps(root)
-    failed = []
+    failed, fresh = [], []
     for a in todo:
         if args.if_stale and not is_stale(root, a, stamps):
-            print(f"up to date  {a}")
+            fresh.append(a)
             continue
         start = time.monotonic()
         ok, note = build(root, a, stamps, keep_answers=args.if_stale)
@@ -414,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAILED      {a}: {note}", file=sys.stderr)
             failed.append(a)
     save_stamps(root, stamps)
+    if fresh:   # one line, not one a chapter: `make check CH=...` and `make lab` start with this
+        print(f"up to date  {fresh[0] if len(fresh) == 1 else f'{len(fresh)} chapters'}")
     # scan what was generated; a notebook holding a learner's answers is their work, not a leak
     pristine = [a for a in todo if a not in failed and release_notebook(root, a).is_file()
                 and digest(comparable(release_notebook(root, a))) == stamps.get(a, {}).get("release")]
