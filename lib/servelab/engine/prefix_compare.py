@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from servelab.engine.driver import Engine, expected
 from servelab.engine.radix import RadixEngine
+from servelab.schedulers.config import EngineConfig
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req
 from servelab.schedulers.scheduler import SamplingParams, Scheduler
 from servelab.schedulers.scheduler import Sequence as NanoSequence
@@ -230,37 +231,51 @@ def _budget(workload: Workload, budget: int | None) -> int:
     return budget if budget is not None else max(4096, workload.longest + 1)
 
 
-def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, max_num_seqs: int = 8,
-                   max_num_batched_tokens: int | None = None) -> CacheRun:
-    """Serve the workload with nano-vllm's Scheduler, prefix caching on, cache_tokens // block_size blocks."""
-    sch = Scheduler(num_blocks=cache_tokens // block_size, block_size=block_size,
-                    max_num_batched_tokens=_budget(workload, max_num_batched_tokens), max_num_seqs=max_num_seqs)
-    engine = Engine(sch)
+def _config(workload: Workload, cache_tokens: int, max_num_seqs: int, max_num_batched_tokens: int | None,
+            ) -> EngineConfig:
+    """What every server of one comparison shares: a cache of `cache_tokens` (here in blocks of one token) and the
+    step limits; the budget, unless given, is large enough that no prefill is chunked."""
+    return EngineConfig(num_blocks=cache_tokens, block_size=1, max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=_budget(workload, max_num_batched_tokens))
+
+
+def _serve_block_hash(workload: Workload, config: EngineConfig, cache_tokens: int) -> CacheRun:
+    engine = Engine(Scheduler.from_config(config))
     make = lambda r: NanoSequence(list(r.prompt), SamplingParams(max_tokens=r.max_tokens, ignore_eos=True),
                                   name=r.name)
     _drive(workload, engine, make)
     lengths = lambda rec, name: dict(rec.lengths)[name]
-    return _stats(f"block hash ({block_size})", cache_tokens, engine.trace, lengths)
+    return _stats(f"block hash ({config.block_size})", cache_tokens, engine.trace, lengths)
+
+
+def _serve_radix(workload: Workload, config: EngineConfig, page_size: int, policy: str = "fcfs") -> CacheRun:
+    engine = RadixEngine(RadixScheduler.from_config(config, page_size=page_size, policy=policy), check=False)
+    _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
+    lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
+    return _stats(f"radix (page {page_size})", config.kv_capacity_tokens, engine.trace, lengths)
+
+
+def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, max_num_seqs: int = 8,
+                   max_num_batched_tokens: int | None = None) -> CacheRun:
+    """Serve the workload with nano-vllm's Scheduler, prefix caching on, cache_tokens // block_size blocks."""
+    config = _config(workload, cache_tokens, max_num_seqs, max_num_batched_tokens)
+    return _serve_block_hash(workload, config.regrouped(block_size), cache_tokens)
 
 
 def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_num_seqs: int = 8,
               max_num_batched_tokens: int | None = None, policy: str = "fcfs") -> CacheRun:
     """Serve the workload with the RadixScheduler on a pool of cache_tokens slots."""
-    budget = _budget(workload, max_num_batched_tokens)
-    sch = RadixScheduler(kv_capacity_tokens=cache_tokens, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                         page_size=page_size, policy=policy)
-    engine = RadixEngine(sch, check=False)
-    _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
-    lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
-    return _stats(f"radix (page {page_size})", cache_tokens, engine.trace, lengths)
+    return _serve_radix(workload, _config(workload, cache_tokens, max_num_seqs, max_num_batched_tokens), page_size,
+                        policy)
 
 
 def compare(workload: Workload, cache_tokens: int, block_sizes: Sequence[int] = (16, 256),
             page_sizes: Sequence[int] = (1,), concurrency: int = 8) -> list[CacheRun]:
-    """The radix cache at each page size, then the block-hash cache at each block size, same cache size.
-    `concurrency` is max_num_seqs in both schedulers."""
-    runs = [run_radix(workload, cache_tokens, page_size=p, max_num_seqs=concurrency) for p in page_sizes]
-    runs += [run_block_hash(workload, cache_tokens, block_size=b, max_num_seqs=concurrency) for b in block_sizes]
+    """The radix cache at each page size, then the block-hash cache at each block size, all on one configuration:
+    the same cache size and budget, `concurrency` as max_num_seqs."""
+    config = _config(workload, cache_tokens, concurrency, None)
+    runs = [_serve_radix(workload, config, page_size=p) for p in page_sizes]
+    runs += [_serve_block_hash(workload, config.regrouped(b), cache_tokens) for b in block_sizes]
     return runs
 
 
@@ -273,7 +288,8 @@ def sweep_cache_sizes(workload: Workload, sizes: Iterable[int], block_size: int 
     for size in sorted(set(sizes)):
         if size < floor:
             continue
-        for run in (run_radix(workload, size, page_size=page_size, max_num_seqs=concurrency),
-                    run_block_hash(workload, size, block_size=block_size, max_num_seqs=concurrency)):
+        config = _config(workload, size, concurrency, None)
+        for run in (_serve_radix(workload, config, page_size=page_size),
+                    _serve_block_hash(workload, config.regrouped(block_size), size)):
             out.setdefault(run.label, []).append(run)
     return out

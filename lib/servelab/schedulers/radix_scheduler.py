@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from itertools import count
+from typing import Self
 
+from servelab.schedulers.config import EngineConfig
 from servelab.schedulers.radix_cache import RadixCache, TreeNode
 from servelab.schedulers.scheduler import SequenceStatus
 
@@ -230,6 +232,13 @@ class RadixScheduler:
         if new_token_ratio is not None:
             self.min_new_token_ratio = new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
             self.new_token_ratio_decay = (new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, **extras) -> Self:
+        """A scheduler on `config`'s knobs, its pool `config.kv_capacity_tokens` slots; `extras` are its other
+        keywords (`page_size`, `policy`, `eos`, ...)."""
+        return cls(kv_capacity_tokens=config.kv_capacity_tokens, max_num_batched_tokens=config.max_num_batched_tokens,
+                   max_num_seqs=config.max_num_seqs, enable_prefix_caching=config.enable_prefix_caching, **extras)
 
     # ---- queue ---------------------------------------------------------------------------------------------
 

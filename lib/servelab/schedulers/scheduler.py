@@ -29,8 +29,11 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
+from typing import Self
 
 import xxhash
+
+from servelab.schedulers.config import EngineConfig
 
 
 class SequenceStatus(Enum):
@@ -366,6 +369,13 @@ class Scheduler:
         self.eos = eos
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, **extras) -> Self:
+        """This scheduler (or a subclass) on `config`'s knobs; `extras` are its other keywords (`eos`, ...)."""
+        return cls(num_blocks=config.num_blocks, block_size=config.block_size,
+                   max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+                   enable_prefix_caching=config.enable_prefix_caching, **extras)
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
