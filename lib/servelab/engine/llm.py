@@ -7,18 +7,10 @@ radix cache (servelab.schedulers.radix_scheduler, `cache="radix"`), serving serv
     outs[0]["token_ids"]                     # the same as generating [1, 2, 3] alone
 
 Text prompts go through a `tokenizers` tokenizer (`LLM(..., tokenizer="tokenizer.json")`, or the one in a
-checkpoint folder), and each output then carries its decoded `text`.
-
-Between `schedule()` and `postprocess()`, `ModelRunner.run` turns the scheduled batch into tensors
-(`prepare_prefill` / `prepare_decode`: input ids, positions, `cu_seqlens_q` / `cu_seqlens_k`, the slot of
-each new token, context lengths, block tables), runs the model with attention over the paged KV cache
-`[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]` (each layer first writes the new keys and
-values through the slot mapping, then each sequence attends to its whole context through its block table),
-and samples one token per sequence that will append one. Attention runs in torch (`attention="torch"`, the
-reference) or through chapter 06's Triton kernels (`attention="triton"`: Triton's interpreter on the CPU,
-compiled on a GPU). Sampling is greedy at temperature 0; otherwise each
-request draws from its own generator, seeded by its `SamplingParams.seed`, so what it samples does not depend
-on the batch it was in.
+checkpoint folder), and each output then carries its decoded `text`. `ModelRunner` turns each scheduled batch
+into tensors and runs the model over the paged KV cache, attention in torch or through chapter 06's Triton
+kernels (`attention=`); sampling is greedy at temperature 0, else seeded per request. A step tensor by tensor:
+docs/engine.md.
 """
 
 from __future__ import annotations

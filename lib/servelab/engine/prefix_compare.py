@@ -1,26 +1,9 @@
 """Block-hash prefix caching (nano-vllm's BlockManager) against the radix cache, on the same workloads.
 
-Three seeded workloads, each a tuple of `Request`s with arrival steps:
-
-- `shared_system_prompt`: every request is one system prompt followed by its own question, one per step;
-- `multi_turn_chats`: conversations whose every turn resends the whole history (system prompt, earlier
-  questions and the model's earlier answers) plus a new question; a turn arrives a few steps after the
-  previous turn of its conversation finished, so conversations interleave and compete for the cache;
-- `few_shot_prompts`: an instruction, then a few worked examples picked from a small pool (always in pool
-  order), then the question; prompts share the instruction and their leading examples and part ways at an
-  example boundary, which rarely falls on a block boundary.
-
-The answers in a chat's history are what the model generates: `servelab.engine.driver.expected`, the fake model's
-output, which both servers reproduce exactly (every run checks it).
-
-`run_block_hash` serves a workload with nano-vllm's Scheduler (prefix caching on, a block size),
-`run_radix` with `servelab.schedulers.radix_scheduler.RadixScheduler`, on a KV cache of the same number of tokens and
-the same token budget, large enough that no prefill is chunked. Both report `CacheRun`: how many prefill tokens
-were asked for (prompt, plus what a preempted request recomputes), how many came from the cache ("skipped")
-and the hit rate. The schedulers are not identical (nano-vllm caps each step's batch, the radix scheduler the
-running requests; nano-vllm frees a request's blocks and reuses the oldest freed block first, the radix cache
-evicts least recently used leaves), but both are prefill-first and first come first served, and both let a
-request hit only what finished prefill in an earlier step.
+Three seeded workloads (`shared_system_prompt`, `multi_turn_chats`, `few_shot_prompts`); `run_block_hash` serves
+one with nano-vllm's Scheduler, `run_radix` with the RadixScheduler, and `compare` with both on one `EngineConfig`
+(the same cache size and token budget). Each reports a `CacheRun`: the prefill tokens asked for, those that came
+from the cache ("skipped"), the hit rate. The workloads and how the two servers differ: docs/prefix_caching.md.
 
     >>> w = shared_system_prompt(n_requests=5, prompt_len=40, seed=0)
     >>> [(r.label, r.skipped, f"{r.hit_rate:.0%}") for r in compare(w, cache_tokens=512, block_sizes=(16,))]

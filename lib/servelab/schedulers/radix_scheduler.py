@@ -192,7 +192,7 @@ class RadixScheduler:
     eos: the token that finishes a request that does not ignore eos.
     new_token_ratio: None (the default): admission counts available + evictable slots as room. A number in
     (0, 1] (SGLang's default is 0.7): SGLang's reservation for future decode tokens, starting at that ratio
-    (see the module's docstring); `self.new_token_ratio` is the current ratio. With it a request whose uncached
+    (see docs/upstream/sglang_radix.md); `self.new_token_ratio` is the current ratio. With it a request whose uncached
     tokens plus max_new_tokens reach the pool size is never admitted, and the engine stops with RuntimeError.
     The tree is built by the class attribute `cache_class` (RadixCache), so a subclass can serve requests
     through another implementation of the same interface.
