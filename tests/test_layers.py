@@ -1,8 +1,9 @@
 """The packages' shape: servelab's layers and the grader's trust sides import only downward, neither package has an
-import cycle (function-level imports count), no module grows past 600 lines, and every old module path still works,
-with a warning that names the new place."""
+import cycle (function-level imports count), no module grows past 600 lines, no servelab module's docstring past 20
+(and the examples in one hold), and every old module path still works, with a warning that names the new place."""
 
 import ast
+import doctest
 import importlib
 import re
 import warnings
@@ -171,6 +172,30 @@ def test_no_module_over_its_line_limit(name):
     limit = EXERCISE_MAX_LINES if exercise else MAX_LINES
     assert lines <= limit, f"{name} has {lines} lines (limit {limit}): split it by concept"
 
+
+MAX_DOCSTRING_LINES = 20
+LIBRARY = sorted(name for name in MODULES if _top(name) == "servelab" and name not in OLD)
+
+
+def _docstring(name: str) -> str:
+    return ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
+
+
+@pytest.mark.parametrize("name", LIBRARY)
+def test_a_module_docstring_says_what_the_module_is_for_in_20_lines(name):
+    lines = len(_docstring(name).splitlines())
+    assert lines <= MAX_DOCSTRING_LINES, (
+        f"{name}'s docstring has {lines} lines (limit {MAX_DOCSTRING_LINES}): say what the module is for, and move "
+        f"long explanations to docs/<topic>.md and maps to upstream sources to docs/upstream/<topic>.md")
+
+
+@pytest.mark.parametrize("name", [n for n in LIBRARY if ">>>" in _docstring(n)])
+def test_the_examples_in_a_module_docstring_hold(name):
+    module = importlib.import_module(name)
+    [test] = [t for t in doctest.DocTestFinder(recurse=False).find(module) if t.name == name]
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0, f"{name}: {runner.failures} of {runner.tries} examples fail"
 
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))
 def test_an_old_module_path_warns_and_finds_its_names_in_the_new_place(old):

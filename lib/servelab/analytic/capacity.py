@@ -1,23 +1,10 @@
 """How many sequences an engine can run at once, how many it does run, and what a throughput fleet costs.
 
-Four questions, one cost model (`servelab.analytic.costmodel`'s roofline step):
-
-* **The ceilings on running sequences.** A scheduler's `max_num_seqs` is only one of them. The KV cache holds
-  `kv_ceiling` sequences at a given context; past `compute_ridge_batch` a decode step is compute-bound, so more
-  sequences make every step longer and add no tokens per second; a step never holds more decodes than the token
-  budget; and an engine that replays CUDA graphs for decode runs eagerly past its largest captured batch
-  (`cudagraph_capture_sizes`). `running_ceilings` puts them side by side and names the lowest.
-* **Little's law with a step that grows with the batch.** N = rate x output tokens x step time, and the step
-  time is t(N) = a + b N (`step_line`): the fixed point `resident_sequences` is N = rate L a / (1 - rate L b),
-  which has no steady state once rate L b >= 1.
-* **A throughput-only fleet** (`fleet_size`): GPU-hours a day for a daily volume of input and output tokens,
-  prefill in full token-budget steps, decode at a batch; which share of the bill is prefill
-  (`prefill_share_ratio` says at which input:output ratio prefill is a given share).
-* **The token budget as a point on the roofline** (`budget_knee`): the smallest budget at which a step of
-  decodes plus one prefill chunk is compute-bound.
-
-Every function takes `ModelSpec` / `GPUSpec` values; a real kernel reaches a fraction of the peaks, which a
-derated `GPUSpec` (`dataclasses.replace(H100_SXM, peak_flops=0.7 * H100_SXM.peak_flops)`) models.
+Four questions, one cost model (`servelab.analytic.costmodel`'s roofline step): the ceilings on running sequences
+(`running_ceilings`), Little's law with a step that grows with the batch (`resident_sequences`), a throughput-only
+fleet (`fleet_size`) and the token budget as a point on the roofline (`budget_knee`); docs/analytic.md says what
+each answers. Every function takes `ModelSpec` / `GPUSpec` values; a derated `GPUSpec`
+(`dataclasses.replace(H100_SXM, peak_flops=0.7 * H100_SXM.peak_flops)`) models a kernel below the peaks.
 
 >>> kv_ceiling(LLAMA3_8B, H100_SXM, 2048), compute_ridge_batch(LLAMA3_8B, H100_SXM, 256)
 (228, 912)

@@ -1,21 +1,9 @@
 """Recompute or swap: what it costs to bring a preempted sequence's KV back, and where the two break even.
 
-A preempted sequence has n tokens whose KV the GPU no longer holds. There are two ways back:
-
-* **recompute**: run those n tokens through the model again, as a prefill. Its price is FLOPs: about
-  2 x (matmul parameters) per token, plus attention, at some fraction `mfu` of the GPU's peak;
-* **swap**: copy the KV out to host memory when preempting and back in when resuming, over the host link
-  (PCIe). Its price is bytes, `model.kv_bytes_per_token` per token each way, at the link's bandwidth, plus a
-  fixed cost per copy.
-
-Per token the two meet at the **break-even bandwidth**: KV bytes per token / recompute seconds per token. A link
-that delivers more than that makes swapping cheaper, one that delivers less makes recomputing cheaper. A raw
-PCIe Gen5 x16 link is well above it for both models here; what a swap *delivers* is another matter. In the paged
-layout a sequence's KV is one block per layer per K and per V, each a separate copy (vLLM's old swap issued one
-`cudaMemcpyAsync` per block, per layer, for K and for V), so a copy is small (a 16-token block of Llama-3-8B's
-one layer's keys is 32 KiB) and the fixed cost per copy dominates:
-
-    effective bandwidth of one copy = size / (latency + size / link bandwidth)
+Recompute pays FLOPs (the tokens prefilled again), swap pays bytes over the host link plus a fixed cost per copy;
+per token they meet at the **break-even bandwidth**, KV bytes per token / recompute seconds per token. Paged
+copies are small, so the fixed cost dominates what a swap delivers: effective bandwidth of one copy = size /
+(latency + size / link bandwidth). The reasoning: docs/analytic.md.
 
 Units: bytes, seconds, bytes per second (decimal: 1 GB/s = 1e9 B/s).
 

@@ -1,25 +1,9 @@
 """Closed forms of queueing for serving: how busy a prefill server may run, spikes and their drain, dead work.
 
-A request's time to first token is its wait in the queue plus its own prefill. Treat the prefill server as one
-single-server queue with Poisson arrivals (rate lambda) and service times S (the prefill times, mean E[S],
-squared coefficient of variation cv2 = Var[S] / E[S]^2: 0 when every prompt is the same length):
-
-    utilization               rho  = lambda * E[S]                     (< 1, or the queue grows without end)
-    mean wait (Pollaczek-Khinchine, M/G/1)   E[W] = rho * E[S] * (1 + cv2) / (2 * (1 - rho))
-    wait tail (the approximation used here)  P(W > t) ~= rho * exp(-rho * t / E[W])
-
-The tail is exact for M/M/1 (exponential service, cv2 = 1) and for any M/G/1 keeps the two facts that matter:
-a fraction 1 - rho of requests find the server idle, and the tail's mean matches Pollaczek-Khinchine. Its
-quantile is W_q = (E[W] / rho) * ln(rho / (1 - q)) (0 when rho <= 1 - q). `utilization_limit` turns a TTFT
-target into the largest utilization that meets it at a quantile, which is where rules of thumb like "run at
-70%" come from; variance in prompt lengths (cv2 > 0) lowers it.
-
-Spikes: arrivals at `spike_rate` above the capacity `mu` for `spike_s` seconds pile up a backlog of
-(spike_rate - mu) * spike_s requests, which drains at mu - base_rate once the spike ends (`drain_time`).
-Clients who time out leave, but an engine that does not know keeps computing their answers (`dead_requests`).
-`admit_by_deadline` is the rule that refuses such a request on arrival instead, from its predicted wait.
-`retry_delay` is the client's side: exponential backoff with full jitter, so that refused clients do not all
-come back at the same moment.
+The prefill server is an M/G/1 queue: utilization rho = lambda * E[S], the Pollaczek-Khinchine mean wait and an
+exponential wait tail; `utilization_limit` turns a TTFT target into the largest utilization that meets it at a
+quantile. `drain_time`, `dead_requests`, `admit_by_deadline` and `retry_delay` cover spikes, work for clients who
+left, refusal on arrival and the client's backoff. The formulas and where they hold: docs/analytic.md.
 
 >>> round(utilization_limit(target_s=0.8, service_s=0.1), 3)      # deterministic prefills of 100 ms, p99 TTFT 800 ms
 0.697

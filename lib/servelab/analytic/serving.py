@@ -1,20 +1,10 @@
 """The serving model: whether one step of an engine can run, and how long it takes.
 
-Each chapter's function checks the constraint it is about (a TPOT target, a queue formula, a token weight); a
-number a learner states in an interview must also describe a step that fits on the GPU. `check` takes one
-`ServingPoint` (the model, the GPU and their dtypes, the engine's settings and the batch it runs) and checks, all
-together:
-
-* **KV capacity**: the KV tokens the batch holds against what the cache holds once the weights and the activation
-  allowance are taken out of `gpu_memory_utilization` of the board's memory (`costmodel.kv_capacity_tokens`);
-* **context**: every sequence's context against the model's `max_position_embeddings`;
-* **caps**: the sequences against `max_num_seqs` and the tokens computed against the token budget
-  (`max_num_batched_tokens`);
-* **time**: the step as the larger of the memory line (weights, KV read and written) and the compute line
-  (matmuls per token, attention FLOPs at each sequence's context, one LM-head row per position whose logits are
-  needed), plus the fixed overhead (`costmodel.cost_from_totals`).
-
-A point that breaks a limit raises `Infeasible`, whose message names each limit broken with both numbers:
+`check` takes one `ServingPoint` (the model, the GPU and their dtypes, the engine's settings and the batch it runs)
+and checks KV capacity, context, the caps (`max_num_seqs`, `max_num_batched_tokens`) and the step's time on the
+roofline, all together; a number a learner states must also describe a step that fits on the GPU. What each check
+counts, and the dtypes: docs/analytic.md. A point that breaks a limit raises `Infeasible`, whose message names
+each limit broken with both numbers:
 
 >>> from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 >>> try:
@@ -25,10 +15,6 @@ A point that breaks a limit raises `Infeasible`, whose message names each limit 
 >>> ok = check(ServingPoint.decode(LLAMA3_8B, H100_SXM, batch=200, context=2000))
 >>> ok.bound, round(ok.step_s * 1e3, 2), ok.kv_tokens, ok.kv_capacity
 ('memory', 20.95, 400200, 468102)
-
-Dtypes: fp8 weights take one byte a parameter and run the matmuls at twice the bf16 tensor-core rate (W8A8, as
-an H100's FP8 tensor cores do); an fp8 KV cache takes one byte an element, so twice the tokens fit and each decode
-reads half the bytes.
 """
 
 from __future__ import annotations

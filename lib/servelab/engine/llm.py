@@ -7,18 +7,10 @@ radix cache (servelab.schedulers.radix_scheduler, `cache="radix"`), serving serv
     outs[0]["token_ids"]                     # the same as generating [1, 2, 3] alone
 
 Text prompts go through a `tokenizers` tokenizer (`LLM(..., tokenizer="tokenizer.json")`, or the one in a
-checkpoint folder), and each output then carries its decoded `text`.
-
-Between `schedule()` and `postprocess()`, `ModelRunner.run` turns the scheduled batch into tensors
-(`prepare_prefill` / `prepare_decode`: input ids, positions, `cu_seqlens_q` / `cu_seqlens_k`, the slot of
-each new token, context lengths, block tables), runs the model with attention over the paged KV cache
-`[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]` (each layer first writes the new keys and
-values through the slot mapping, then each sequence attends to its whole context through its block table),
-and samples one token per sequence that will append one. Attention runs in torch (`attention="torch"`, the
-reference) or through chapter 06's Triton kernels (`attention="triton"`: Triton's interpreter on the CPU,
-compiled on a GPU). Sampling is greedy at temperature 0; otherwise each
-request draws from its own generator, seeded by its `SamplingParams.seed`, so what it samples does not depend
-on the batch it was in.
+checkpoint folder), and each output then carries its decoded `text`. `ModelRunner` turns each scheduled batch
+into tensors and runs the model over the paged KV cache, attention in torch or through chapter 06's Triton
+kernels (`attention=`); sampling is greedy at temperature 0, else seeded per request. A step tensor by tensor:
+docs/engine.md.
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ import torch
 from servelab.engine.model import Model, causal_attention, load_checkpoint
 from servelab.schedulers import scheduler as sched
 from servelab.schedulers.async_scheduler import AsyncScheduler
+from servelab.schedulers.config import EngineConfig
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req
 from servelab.schedulers.scheduler import SamplingParams
 from servelab.schedulers.spec_decode import SpecScheduler, ngram_propose
@@ -218,7 +211,9 @@ class ModelRunner:
 
 
 class LLM:
-    """nano-vllm's shape: `generate(prompts, sampling_params)`, or `add_request` / `step` for a driver."""
+    """nano-vllm's shape: `generate(prompts, sampling_params)`, or `add_request` / `step` for a driver.
+
+    The KV and step knobs make one `EngineConfig` (`self.config`), which builds the scheduler."""
 
     def __init__(self, model: Model | str | Path, *, block_size: int = 16, num_blocks: int = 256,
                  max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True,
@@ -232,6 +227,10 @@ class LLM:
         if async_scheduling and cache != "blocks":
             raise ValueError("async_scheduling=True schedules ahead with servelab.schedulers.async_scheduler, "
                              "which runs on the block-hash cache: use cache=\"blocks\"")
+        # the knobs every scheduler family takes, by the same names (docs/VOCABULARY.md), checked before loading
+        self.config = config = EngineConfig(num_blocks=num_blocks, block_size=block_size,
+                                            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                            enable_prefix_caching=enable_prefix_caching)
         self.model = model if isinstance(model, Model) else load_checkpoint(model)
         if tokenizer is None and not isinstance(model, Model) and (Path(model) / "tokenizer.json").is_file():
             tokenizer = Path(model) / "tokenizer.json"     # a checkpoint folder's own tokenizer
@@ -245,24 +244,26 @@ class LLM:
         self.cache = cache
         self.async_scheduling, self.in_flight = async_scheduling, None
         self.num_speculative_tokens = num_speculative_tokens
-        # the knobs every scheduler family takes, by the same names (docs/VOCABULARY.md)
-        knobs = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, eos=eos,
-                     enable_prefix_caching=enable_prefix_caching)
         if num_speculative_tokens:
-            self.scheduler = SpecScheduler(num_blocks=num_blocks, block_size=block_size, **knobs,
-                                           num_speculative_tokens=num_speculative_tokens)
+            self.scheduler = SpecScheduler.from_config(config, eos=eos, num_speculative_tokens=num_speculative_tokens)
             self.runner = ModelRunner(self.model, block_size, num_blocks, attention)
         elif cache == "blocks":
             kind = AsyncScheduler if async_scheduling else sched.Scheduler
-            self.scheduler = kind(num_blocks=num_blocks, block_size=block_size, **knobs)
+            self.scheduler = kind.from_config(config, eos=eos)
             self.runner = ModelRunner(self.model, block_size, num_blocks, attention)
         else:   # the same memory as token slots; a request's kv_indices is its block table of one-token pages
-            slots = num_blocks * block_size
-            self.scheduler = RadixScheduler(kv_capacity_tokens=slots, **knobs)
-            self.runner = ModelRunner(self.model, 1, slots, attention)
+            self.scheduler = RadixScheduler.from_config(config, eos=eos)
+            self.runner = ModelRunner(self.model, 1, config.kv_capacity_tokens, attention)
         self.params: dict[int, SamplingParams] = {}
         self.steps: list[tuple[str, int, int]] = []   # ("prefill" | "decode", tokens computed, sequences) per step
         self.preemptions = 0                          # running sequences sent back to wait (to recompute)
+
+    @classmethod
+    def from_config(cls, model: Model | str | Path, config: EngineConfig, **options) -> LLM:
+        """An LLM on `config`'s knobs; `options` are its other keywords (`cache`, `attention`, ...)."""
+        return cls(model, num_blocks=config.num_blocks, block_size=config.block_size,
+                   max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+                   enable_prefix_caching=config.enable_prefix_caching, **options)
 
     def add_request(self, prompt: list[int] | str, sampling_params: SamplingParams | None = None) -> sched.Sequence:
         p = sampling_params or SamplingParams()

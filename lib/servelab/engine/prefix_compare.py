@@ -1,26 +1,9 @@
 """Block-hash prefix caching (nano-vllm's BlockManager) against the radix cache, on the same workloads.
 
-Three seeded workloads, each a tuple of `Request`s with arrival steps:
-
-- `shared_system_prompt`: every request is one system prompt followed by its own question, one per step;
-- `multi_turn_chats`: conversations whose every turn resends the whole history (system prompt, earlier
-  questions and the model's earlier answers) plus a new question; a turn arrives a few steps after the
-  previous turn of its conversation finished, so conversations interleave and compete for the cache;
-- `few_shot_prompts`: an instruction, then a few worked examples picked from a small pool (always in pool
-  order), then the question; prompts share the instruction and their leading examples and part ways at an
-  example boundary, which rarely falls on a block boundary.
-
-The answers in a chat's history are what the model generates: `servelab.engine.driver.expected`, the fake model's
-output, which both servers reproduce exactly (every run checks it).
-
-`run_block_hash` serves a workload with nano-vllm's Scheduler (prefix caching on, a block size),
-`run_radix` with `servelab.schedulers.radix_scheduler.RadixScheduler`, on a KV cache of the same number of tokens and
-the same token budget, large enough that no prefill is chunked. Both report `CacheRun`: how many prefill tokens
-were asked for (prompt, plus what a preempted request recomputes), how many came from the cache ("skipped")
-and the hit rate. The schedulers are not identical (nano-vllm caps each step's batch, the radix scheduler the
-running requests; nano-vllm frees a request's blocks and reuses the oldest freed block first, the radix cache
-evicts least recently used leaves), but both are prefill-first and first come first served, and both let a
-request hit only what finished prefill in an earlier step.
+Three seeded workloads (`shared_system_prompt`, `multi_turn_chats`, `few_shot_prompts`); `run_block_hash` serves
+one with nano-vllm's Scheduler, `run_radix` with the RadixScheduler, and `compare` with both on one `EngineConfig`
+(the same cache size and token budget). Each reports a `CacheRun`: the prefill tokens asked for, those that came
+from the cache ("skipped"), the hit rate. The workloads and how the two servers differ: docs/prefix_caching.md.
 
     >>> w = shared_system_prompt(n_requests=5, prompt_len=40, seed=0)
     >>> [(r.label, r.skipped, f"{r.hit_rate:.0%}") for r in compare(w, cache_tokens=512, block_sizes=(16,))]
@@ -35,6 +18,7 @@ from dataclasses import dataclass
 
 from servelab.engine.driver import Engine, expected
 from servelab.engine.radix import RadixEngine
+from servelab.schedulers.config import EngineConfig
 from servelab.schedulers.radix_scheduler import RadixScheduler, Req
 from servelab.schedulers.scheduler import SamplingParams, Scheduler
 from servelab.schedulers.scheduler import Sequence as NanoSequence
@@ -230,37 +214,51 @@ def _budget(workload: Workload, budget: int | None) -> int:
     return budget if budget is not None else max(4096, workload.longest + 1)
 
 
-def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, max_num_seqs: int = 8,
-                   max_num_batched_tokens: int | None = None) -> CacheRun:
-    """Serve the workload with nano-vllm's Scheduler, prefix caching on, cache_tokens // block_size blocks."""
-    sch = Scheduler(num_blocks=cache_tokens // block_size, block_size=block_size,
-                    max_num_batched_tokens=_budget(workload, max_num_batched_tokens), max_num_seqs=max_num_seqs)
-    engine = Engine(sch)
+def _config(workload: Workload, cache_tokens: int, max_num_seqs: int, max_num_batched_tokens: int | None,
+            ) -> EngineConfig:
+    """What every server of one comparison shares: a cache of `cache_tokens` (here in blocks of one token) and the
+    step limits; the budget, unless given, is large enough that no prefill is chunked."""
+    return EngineConfig(num_blocks=cache_tokens, block_size=1, max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=_budget(workload, max_num_batched_tokens))
+
+
+def _serve_block_hash(workload: Workload, config: EngineConfig, cache_tokens: int) -> CacheRun:
+    engine = Engine(Scheduler.from_config(config))
     make = lambda r: NanoSequence(list(r.prompt), SamplingParams(max_tokens=r.max_tokens, ignore_eos=True),
                                   name=r.name)
     _drive(workload, engine, make)
     lengths = lambda rec, name: dict(rec.lengths)[name]
-    return _stats(f"block hash ({block_size})", cache_tokens, engine.trace, lengths)
+    return _stats(f"block hash ({config.block_size})", cache_tokens, engine.trace, lengths)
+
+
+def _serve_radix(workload: Workload, config: EngineConfig, page_size: int, policy: str = "fcfs") -> CacheRun:
+    engine = RadixEngine(RadixScheduler.from_config(config, page_size=page_size, policy=policy), check=False)
+    _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
+    lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
+    return _stats(f"radix (page {page_size})", config.kv_capacity_tokens, engine.trace, lengths)
+
+
+def run_block_hash(workload: Workload, cache_tokens: int, block_size: int = 16, max_num_seqs: int = 8,
+                   max_num_batched_tokens: int | None = None) -> CacheRun:
+    """Serve the workload with nano-vllm's Scheduler, prefix caching on, cache_tokens // block_size blocks."""
+    config = _config(workload, cache_tokens, max_num_seqs, max_num_batched_tokens)
+    return _serve_block_hash(workload, config.regrouped(block_size), cache_tokens)
 
 
 def run_radix(workload: Workload, cache_tokens: int, page_size: int = 1, max_num_seqs: int = 8,
               max_num_batched_tokens: int | None = None, policy: str = "fcfs") -> CacheRun:
     """Serve the workload with the RadixScheduler on a pool of cache_tokens slots."""
-    budget = _budget(workload, max_num_batched_tokens)
-    sch = RadixScheduler(kv_capacity_tokens=cache_tokens, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                         page_size=page_size, policy=policy)
-    engine = RadixEngine(sch, check=False)
-    _drive(workload, engine, lambda r: Req(list(r.prompt), r.max_tokens, name=r.name))
-    lengths = lambda rec, name: dict(rec.cached)[name] + dict(rec.scheduled)[name]   # never chunked
-    return _stats(f"radix (page {page_size})", cache_tokens, engine.trace, lengths)
+    return _serve_radix(workload, _config(workload, cache_tokens, max_num_seqs, max_num_batched_tokens), page_size,
+                        policy)
 
 
 def compare(workload: Workload, cache_tokens: int, block_sizes: Sequence[int] = (16, 256),
             page_sizes: Sequence[int] = (1,), concurrency: int = 8) -> list[CacheRun]:
-    """The radix cache at each page size, then the block-hash cache at each block size, same cache size.
-    `concurrency` is max_num_seqs in both schedulers."""
-    runs = [run_radix(workload, cache_tokens, page_size=p, max_num_seqs=concurrency) for p in page_sizes]
-    runs += [run_block_hash(workload, cache_tokens, block_size=b, max_num_seqs=concurrency) for b in block_sizes]
+    """The radix cache at each page size, then the block-hash cache at each block size, all on one configuration:
+    the same cache size and budget, `concurrency` as max_num_seqs."""
+    config = _config(workload, cache_tokens, concurrency, None)
+    runs = [_serve_radix(workload, config, page_size=p) for p in page_sizes]
+    runs += [_serve_block_hash(workload, config.regrouped(b), cache_tokens) for b in block_sizes]
     return runs
 
 
@@ -273,7 +271,8 @@ def sweep_cache_sizes(workload: Workload, sizes: Iterable[int], block_size: int 
     for size in sorted(set(sizes)):
         if size < floor:
             continue
-        for run in (run_radix(workload, size, page_size=page_size, max_num_seqs=concurrency),
-                    run_block_hash(workload, size, block_size=block_size, max_num_seqs=concurrency)):
+        config = _config(workload, size, concurrency, None)
+        for run in (_serve_radix(workload, config, page_size=page_size),
+                    _serve_block_hash(workload, config.regrouped(block_size), size)):
             out.setdefault(run.label, []).append(run)
     return out

@@ -1,27 +1,9 @@
 """Attention of a prefill chunk over a cached prefix: variable-length queries through the block table.
 
-The batch holds ``num_seqs`` chunks of new tokens, packed along one axis: sequence s owns query rows
-``cu_seqlens_q[s] : cu_seqlens_q[s+1]`` (q_len_s of them). Its K/V live in the paged cache, the chunk's own
-K/V included (write them first with ``store_kvcache``, as nano-vllm does), and ``seq_lens[s]`` counts them
-all: ``ctx_len_s = seq_lens[s] - q_len_s`` tokens were cached before this chunk. Query i of the chunk sits at
-position ``ctx_len_s + i`` and sees keys at positions ``<= ctx_len_s + i``: the whole cached prefix, and the
-chunk causally. A decode token is the case q_len = 1; a prompt's first chunk the case ctx_len = 0.
-
-Design: one program per (query block, KV head). A query block is BLOCK_Q consecutive tokens of one
-sequence; its rows in the ``tl.dot`` are those tokens times the GROUP query heads of the KV head
-(row r = token r // GROUP, head r % GROUP), BLOCK_M = BLOCK_Q * GROUP rows padded to a power of two, so
-K/V tiles are shared by the whole group as in decode.
-
-Finding the sequence of a query block without a table built on the host: give sequence s the block ids
-from ``first_block(s) = cu_seqlens_q[s] // BLOCK_Q + s``. These are increasing, and leave at least
-ceil(q_len_s / BLOCK_Q) ids for sequence s (floor((a + n) / B) - floor(a / B) + 1 >= ceil(n / B)), so
-``total_q // BLOCK_Q + num_seqs`` programs cover every block; a program binary-searches ``cu_seqlens_q``
-for its sequence, and ids left over past a sequence's last block return at once.
-
-Causal masking costs a compare per score, so the key loop runs in two parts. Keys before the block's
-first query position (the prefix, plus earlier tokens of the chunk) are visible to every row: no mask but
-the range end. Keys from there up to the block's last query position get the causal mask. Keys past it are
-never loaded.
+Sequence s owns query rows ``cu_seqlens_q[s] : cu_seqlens_q[s+1]`` of the packed batch; its K/V, the chunk's own
+included (write them first with ``store_kvcache``, as nano-vllm does), live in the paged cache, and query i of the
+chunk sees the cached prefix and the chunk causally. A decode token is the case q_len = 1, a prompt's first chunk
+the case ctx_len = 0. The layout, the program grid and the two-part causal loop: docs/kernels.md.
 
 >>> import torch
 >>> from servelab.kernels.prefill import prefill_attention

@@ -1,19 +1,9 @@
 """Split-KV decode (flash-decoding): each sequence's keys split across programs, then a merge kernel.
 
-Why: paged decode runs one program per (sequence, KV head). Four sequences with 8 KV heads give 32 programs
-on a GPU with 132 SMs, so three quarters of the chip waits while 32 SMs stream 32K-token contexts. Splitting
-each context into NUM_SPLITS contiguous partitions gives NUM_SPLITS times more programs.
-
-Partitioning: for a sequence of length L, every split covers ``split_len = ceil(ceil(L / NUM_SPLITS) / TILE)
-* TILE`` positions (whole tiles), split j the positions ``[j * split_len, min((j + 1) * split_len, L))``.
-Lengths differ per sequence, so each sequence is cut into at most NUM_SPLITS nearly equal parts; a short
-sequence leaves its last splits empty.
-
-Stage 1 (``split_kv_decode_kernel``, grid (seq, kv_head, split)) stores per query head and split the
-normalised partial output ``o_j = acc_j / l_j`` and its log-sum-exp ``lse_j = m_j + log2(l_j)`` (base 2, as
-the scores; ``-inf`` for an empty split). Stage 2 (``merge_splits_kernel``, grid (seq, q_head)) combines
-them: ``out = sum_j 2**(lse_j - M) o_j / sum_j 2**(lse_j - M)`` with ``M = max_j lse_j``, which is exactly
-the softmax over all the keys.
+Paged decode runs one program per (sequence, KV head), too few to fill a GPU when a few sequences have long
+contexts. Splitting each context into NUM_SPLITS partitions gives NUM_SPLITS times more programs; stage 1
+(``split_kv_decode_kernel``) stores each split's partial output and log-sum-exp, stage 2 (``merge_splits_kernel``)
+combines them into the softmax over all the keys. Why, the partitioning and the merge: docs/kernels.md.
 
 >>> import torch
 >>> from servelab.kernels.split_kv import split_kv_decode

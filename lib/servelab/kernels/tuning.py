@@ -1,18 +1,9 @@
 """Launch defaults of the decode kernels per Triton version, and the occupancy a launch really gets.
 
-Why per version: one kernel source compiles to different register counts under different Triton releases,
-and registers decide how many programs an SM holds at once. The decode defaults (64-key tiles, 8 warps,
-2 stages) give 64 registers and 4 programs per SM with Triton 3.9, but 76 registers and 3 per SM with
-Triton 3.6, so 64 sequences x 8 KV heads = 512 programs take two waves on 132 SMs there.
-
-``TUNED_DECODE`` is the committed table, keyed by Triton's ``major.minor``. A version not in it takes the
-nearest one's entry, with a note on stderr. ``python scripts/bench_kernels.py --sweep-only`` (the last
-step of ``scripts/gpu_check.sh``) times alternatives on a GPU and prints the winner as a table entry to
-commit here: nothing is cached on the machine, which a lent GPU machine would not keep anyway.
-
-``occupancy(launch)`` says how many programs of a planned launch fit on one SM: on a GPU from the compiled
-kernel (its registers per thread, shared memory and warps, as the driver loaded it), in the interpreter from
-the table (an interpreter has no registers to count). ``split_kv.choose_num_splits`` sizes its waves with it.
+One kernel source compiles to different register counts under different Triton releases, and registers decide
+how many programs an SM holds. ``TUNED_DECODE`` is the committed table, keyed by Triton's ``major.minor`` (a
+version not in it takes the nearest one's entry); ``occupancy(launch)`` says how many programs of a planned launch
+fit on one SM. Why, and how a table entry is measured: docs/kernels.md.
 
 >>> entry, known = decode_entry("3.9.0")
 >>> (entry.tile, entry.num_warps, entry.num_stages, entry.programs_per_sm, known)

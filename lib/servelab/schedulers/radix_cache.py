@@ -1,10 +1,7 @@
 """SGLang's RadixCache: the prefix tree that maps token ids to KV-cache slot indices, written to be read.
 
-The behaviour follows `python/sglang/srt/mem_cache/radix_cache.py` of sglang 0.5.23 step for step: match and
-insert walk the tree by child keys (the first token, or the first page of tokens when page_size > 1), both cut
-keys to whole pages, a match or insert that ends inside an edge splits it (the new node is the UPPER part, the
-original node object keeps the lower part), locks are counts walked up to the root, and `evict` frees whole
-unlocked leaves from a heap, pushing parents that become leaves in the same call.
+It follows `python/sglang/srt/mem_cache/radix_cache.py` of sglang 0.5.23 step for step; how, and the deliberate
+differences (none changes what the tree holds or evicts): docs/upstream/sglang_radix.md.
 
     >>> cache = RadixCache()
     >>> cache.insert([1, 2, 3, 4], [10, 11, 12, 13])   # nothing was cached before
@@ -20,8 +17,6 @@ unlocked leaves from a heap, pushing parents that become leaves in the same call
           [4] kv=[13] r=0 t=6
         [9] kv=[22] r=0 t=5
     #tokens: 5 (evictable 5, protected 0)
-
-Deliberate differences from SGLang (none changes what the tree holds or evicts): docs/upstream/sglang_radix.md.
 """
 
 from __future__ import annotations

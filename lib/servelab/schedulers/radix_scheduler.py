@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from itertools import count
+from typing import Self
 
+from servelab.schedulers.config import EngineConfig
 from servelab.schedulers.radix_cache import RadixCache, TreeNode
 from servelab.schedulers.scheduler import SequenceStatus
 
@@ -190,7 +192,7 @@ class RadixScheduler:
     eos: the token that finishes a request that does not ignore eos.
     new_token_ratio: None (the default): admission counts available + evictable slots as room. A number in
     (0, 1] (SGLang's default is 0.7): SGLang's reservation for future decode tokens, starting at that ratio
-    (see the module's docstring); `self.new_token_ratio` is the current ratio. With it a request whose uncached
+    (see docs/upstream/sglang_radix.md); `self.new_token_ratio` is the current ratio. With it a request whose uncached
     tokens plus max_new_tokens reach the pool size is never admitted, and the engine stops with RuntimeError.
     The tree is built by the class attribute `cache_class` (RadixCache), so a subclass can serve requests
     through another implementation of the same interface.
@@ -230,6 +232,13 @@ class RadixScheduler:
         if new_token_ratio is not None:
             self.min_new_token_ratio = new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
             self.new_token_ratio_decay = (new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, **extras) -> Self:
+        """A scheduler on `config`'s knobs, its pool `config.kv_capacity_tokens` slots; `extras` are its other
+        keywords (`page_size`, `policy`, `eos`, ...)."""
+        return cls(kv_capacity_tokens=config.kv_capacity_tokens, max_num_batched_tokens=config.max_num_batched_tokens,
+                   max_num_seqs=config.max_num_seqs, enable_prefix_caching=config.enable_prefix_caching, **extras)
 
     # ---- queue ---------------------------------------------------------------------------------------------
 

@@ -4,22 +4,9 @@ The behaviour follows nano-vllm's engine (main with chunked prefill): prefill fi
 prefill of a step may be chunked, blocks for the whole sequence are taken at admission, decode needs
 a new block exactly when the token it is about to write opens one, preemption drops all KV and puts
 the sequence back at the front of the waiting queue (recompute), and postprocess discards the sample
-taken in the middle of a chunk.
-
-Two deliberate differences from nano-vllm:
-- any block size >= 1 works (nano-vllm requires a multiple of 256). The decode rule "a new block when
-  len % block_size == 1" is written as (len - 1) % block_size == 0, which is the same for block sizes
-  >= 2 and also right for block size 1;
-- prefix caching can be switched off (`enable_prefix_caching=False`). Off, the block manager keeps only
-  what the scheduler needs: no hashes, `can_allocate` returns 0 or -1, freed blocks go back in reverse.
-
-Not differences, only faster forms (same calls, same results): `can_allocate` keeps the chained hashes it
-computed for the sequence it looked at, and `allocate` (or `can_allocate` again, on a waiting head that did
-not fit) starts from them while that sequence's hashed tokens are unchanged, instead of hashing the prompt
-again; the tokens are packed with `struct` and hashed in one call; the library's own hot loops read
-`len(seq.token_ids)` and inline one-line helpers (`needs_new_block`, `Block.reset`, `append_token`,
-`num_completion_tokens`) rather than call them once per sequence per step. The helpers stay, for the
-exercises and the subclasses.
+taken in the middle of a chunk. Any block size >= 1 works, and prefix caching can be switched off
+(`enable_prefix_caching=False`); those differences from nano-vllm, and the faster forms of its calls:
+docs/upstream/nano_vllm.md.
 """
 
 from __future__ import annotations
@@ -29,8 +16,11 @@ from collections import deque
 from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
+from typing import Self
 
 import xxhash
+
+from servelab.schedulers.config import EngineConfig
 
 
 class SequenceStatus(Enum):
@@ -366,6 +356,13 @@ class Scheduler:
         self.eos = eos
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, **extras) -> Self:
+        """This scheduler (or a subclass) on `config`'s knobs; `extras` are its other keywords (`eos`, ...)."""
+        return cls(num_blocks=config.num_blocks, block_size=config.block_size,
+                   max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+                   enable_prefix_caching=config.enable_prefix_caching, **extras)
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running

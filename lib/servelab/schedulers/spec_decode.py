@@ -1,32 +1,11 @@
 """Speculative decoding inside the nano-vllm Scheduler: draft tokens in the budget, look-ahead slots, rollback.
 
-A decode step normally computes one token per sequence: its last, sampled the step before. With speculation a
-cheap proposer first guesses the next d <= k tokens (`seq.draft_token_ids`), and the step computes all 1 + d
-of them at once, as a short chunk on top of the cached context. The target model's own token at each of those
-positions says how far the guess was right:
-
-    last, d1, d2, d3  ->  target tokens t1, t2, t3, t4      accepted: the drafts equal to t1, t2, ... in a row
-    d1 == t1, d2 != t2  ->  append d1 and the bonus token t2 (the target's own token where the draft went wrong)
-
-so a step appends between 1 and d + 1 tokens, and with greedy verification exactly the tokens plain decoding
-would have produced. The scheduler's side of it, which this module adds:
-
-- **budget**: each speculating sequence takes 1 + d tokens of `max_num_batched_tokens`: every decoding
-  sequence's own token first, then the drafts share what is left, in running order (drafts that do not fit
-  are cut; the first sequences keep theirs);
-- **look-ahead slots**: before the step the sequence gets blocks for every position it computes, the d draft
-  positions included (`LookaheadBlockManager.can_append` / `may_append`), and may be preempted for them;
-- **rollback**: after the step `num_cached_tokens` advances by 1 + accepted only; the KV written for rejected
-  drafts lies past it and is simply overwritten later, and a look-ahead block that holds nothing but rejected
-  drafts goes back to the free list (`LookaheadBlockManager.rollback`). Only blocks whose every token was
-  accepted are hashed for the prefix cache.
-
-`servelab.engine.speculative` drives it: greedy verification against a fake target (`accept_greedy`) and the
-loops `run_speculative` and `trace_speculative`.
-
-What it buys, from the roofline, is `servelab.analytic.speculation`: `expected_tokens_per_step(alpha, k)` tokens
-per verification step under independent acceptance, `speculative_speedup` against plain decoding with the
-drafting cost included, and `crossover_batch`, the batch at which it stops paying.
+A proposer guesses the next d <= k tokens (`seq.draft_token_ids`) and a decode step computes all 1 + d at once;
+the drafts that match the target's own tokens in a row are accepted, plus the target's bonus token, so a step
+appends 1 to d + 1 tokens (with greedy verification, exactly what plain decoding would). This module adds the
+scheduler's side: drafts in the token budget, look-ahead blocks (`LookaheadBlockManager`) and rollback of rejected
+drafts; docs/speculative_decoding.md says how each works. `servelab.engine.speculative` drives it and
+`servelab.analytic.speculation` says what it buys.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from itertools import count
+from typing import Self
+
+from servelab.schedulers.config import EngineConfig
 
 __all__ = ["POLICIES", "BlockPool", "KVCacheBlock", "KVCacheManager", "Request", "RequestQueue", "RequestStatus",
            "Scheduler", "SchedulerOutput", "hash_block_tokens"]
@@ -144,8 +147,8 @@ class KVCacheBlock:
 class BlockPool:
     """Every KV block, the free queue (eviction order, cached-but-free blocks included) and the hash -> block map."""
 
-    def __init__(self, *, num_blocks: int, enable_caching: bool = True):
-        self.enable_caching = enable_caching
+    def __init__(self, *, num_blocks: int, enable_prefix_caching: bool = True):
+        self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         # An ordered dict of block ids is the free queue: front = next to hand out, O(1) removal from the middle.
         self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
@@ -204,7 +207,7 @@ class BlockPool:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 # a block nobody can hit is reused first; a cached one waits at the back, LRU
-                (to_back if block.block_hash is not None and self.enable_caching else to_front).append(block)
+                (to_back if block.block_hash is not None and self.enable_prefix_caching else to_front).append(block)
         for block in reversed(to_front):
             self.free_block_queue[block.block_id] = None
             self.free_block_queue.move_to_end(block.block_id, last=False)
@@ -215,10 +218,10 @@ class BlockPool:
 class KVCacheManager:
     """One full-attention KV-cache group: prefix lookup, per-step slot allocation and freeing."""
 
-    def __init__(self, *, block_size: int, num_blocks: int, enable_caching: bool = True):
+    def __init__(self, *, block_size: int, num_blocks: int, enable_prefix_caching: bool = True):
         self.block_size = block_size
-        self.enable_caching = enable_caching
-        self.block_pool = BlockPool(num_blocks=num_blocks, enable_caching=enable_caching)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.block_pool = BlockPool(num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching)
         self.num_cached_block: dict[str, int] = {}   # request id -> how many of its blocks are in the cache
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
@@ -226,7 +229,7 @@ class KVCacheManager:
 
         At most (num_tokens - 1) // block_size blocks, so the last token is always computed and gives logits.
         """
-        if not self.enable_caching:
+        if not self.enable_prefix_caching:
             return [], 0
         max_num_blocks = (request.num_tokens - 1) // self.block_size
         blocks = []
@@ -266,7 +269,7 @@ class KVCacheManager:
         num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(request.block_ids)
         new_blocks = self.block_pool.get_new_blocks(max(num_new_blocks, 0))
         request.block_ids.extend(block.block_id for block in new_blocks)
-        if self.enable_caching:
+        if self.enable_prefix_caching:
             self.cache_blocks(request, min(num_tokens_need_slot, request.num_tokens))
         return new_blocks
 
@@ -374,11 +377,19 @@ class Scheduler:
         self.eos = eos
         self.reserve_full_prompt = reserve_full_prompt
         self.kv_cache_manager = KVCacheManager(block_size=block_size, num_blocks=num_blocks,
-                                               enable_caching=enable_prefix_caching)
+                                               enable_prefix_caching=enable_prefix_caching)
         self.requests: dict[str, Request] = {}   # unfinished requests by id
         self.waiting = RequestQueue(policy)
         self.running: list[Request] = []
         self.num_steps = 0
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, **extras) -> Self:
+        """A scheduler on `config`'s knobs (block 0 of its `num_blocks` is the null block); `extras` are its other
+        keywords (`policy`, `long_prefill_token_threshold`, `max_model_len`, `eos`, ...)."""
+        return cls(block_size=config.block_size, num_blocks=config.num_blocks,
+                   max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+                   enable_prefix_caching=config.enable_prefix_caching, **extras)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting) or bool(self.running)

@@ -7,12 +7,11 @@ The loop is an engine's, with the GPU replaced by `servelab.analytic.costmodel`:
     now += step time of that batch                # roofline + fixed overhead
     sequences whose KV now covers all their tokens emit one token; finished ones free their KV
 
-Every sequence has `seq_len` tokens and `computed` of them with KV, as in vLLM V1; memory is counted in tokens.
-Policies (`PrefillFirst`, nano-vllm's; `MixedBudget`, decodes first; `V1`, vLLM V1's scheduler itself) decide what a
-step holds; `simulate` takes options for preemption (recompute or `Swap`), speculative decoding (`Speculation`),
-admission rules (`BacklogAdmission`), clients with deadlines and retries (`Clients`) and tenants (`TokenFair`,
-`Priority`). What each does, and the module that holds it: docs/simulator.md. Every name is importable from
-`servelab.simulator` itself. Time is in seconds throughout.
+Every sequence has `seq_len` tokens and `computed` of them with KV, as in vLLM V1; memory is counted in tokens,
+time in seconds. Policies (`PrefillFirst`, nano-vllm's; `MixedBudget`, decodes first; `V1`, vLLM V1's scheduler)
+decide what a step holds; `simulate` takes options for preemption (recompute or `Swap`), speculative decoding
+(`Speculation`), admission rules (`BacklogAdmission`), clients with deadlines and retries (`Clients`) and tenants
+(`TokenFair`, `Priority`): docs/simulator.md says what each does and which module holds it.
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
 >>> reqs = Requests(poisson_arrivals(200, rate=5.0, seed=1), fixed_lengths(200, 512), fixed_lengths(200, 64))

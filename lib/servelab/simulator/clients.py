@@ -1,24 +1,9 @@
 """Clients with deadlines: they give up on a slow first token, and they come back when they are refused.
 
-An engine's queue has people on the other end. `Clients(deadline_s, abandon, retry)` gives every request a
-client who waits at most `deadline_s` seconds for its first token, counted from the moment it sent this attempt:
-
-* **served-but-dead**: an admitted request whose first token comes after its attempt's deadline is still
-  computed to the end, but nobody reads it. The engine does not know; `SimResult.dead` marks these requests and
-  `SimResult.dead_tokens` counts the prompt and output tokens spent on them.
-* **abandonment** (`abandon=True`): a request still in the waiting queue when its deadline passes leaves it, as
-  when the client's disconnect reaches the engine before the request is scheduled. It is never served
-  (`SimResult.abandoned`; no tokens, NaN latencies). A request already admitted runs to the end (its client may
-  be gone: that is served-but-dead work). With `abandon=False` the engine never hears of the timeout and serves
-  every request it admitted.
-* **retries** (`retry=Backoff(...)`): a request refused by the admission rule (an HTTP 429 in a real server)
-  comes back after a backoff delay, as a new arrival of the same request, up to `max_retries` times; after the
-  last refusal it stays rejected. Each attempt's deadline starts when that attempt is sent; the latencies of
-  `SimResult` stay measured from the first attempt, which is what the user waited.
-
-`QueueCap(max_waiting)` is the simplest refusal rule to pair with it (a queue-length cap); the deadline-aware one
-is `BacklogAdmission(int(prefill_tokens_per_s * deadline_s))`: refuse a request whose queued prompt tokens ahead,
-plus its own, cannot be prefilled before its deadline (servelab.analytic.queueing.admit_by_deadline is the same test).
+`Clients(deadline_s, abandon, retry)` gives every request a client who waits at most `deadline_s` seconds for its
+first token: an admitted request that misses it is served-but-dead work (`SimResult.dead`, `dead_tokens`), a
+waiting one leaves (`abandon`, `SimResult.abandoned`), and a refused one comes back after a `Backoff`.
+`QueueCap(max_waiting)` and `BacklogAdmission` are refusal rules to pair with it. The rules: docs/simulator.md.
 
 >>> Backoff(base_s=0.5, cap_s=4.0, jitter=False).delays()
 [0.5, 1.0, 2.0]
@@ -74,7 +59,7 @@ class Backoff:
 @dataclass(frozen=True)
 class Clients:
     """Every request's client: a deadline for the first token, whether the engine learns that it left
-    (`abandon`), and how it retries a refusal (`retry`, None: it does not). See the module docstring."""
+    (`abandon`), and how it retries a refusal (`retry`, None: it does not). The rules: docs/simulator.md."""
 
     deadline_s: float
     abandon: bool = True

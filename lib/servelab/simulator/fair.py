@@ -1,24 +1,9 @@
 """Tenants and priority classes in the step loop: a token-fair scheduler and a priority policy with a KV quota.
 
-Both policies build the budgeted mixed step of `MixedBudget` (every running sequence decodes, prompt chunks fill
-what is left of `max_num_batched_tokens`) and differ in who gets the leftover budget and who is admitted:
-
-* `TokenFair(tenant, weights)`: `tenant[i]` names request i's tenant. A virtual token counter per tenant
-  (`servelab.analytic.fairness.VirtualTokenCounter`) is charged each step with the tenant's decode tokens and prompt
-  tokens at the roofline's prices (`weights`); the leftover budget goes in `quantum`-token grants, each to the
-  backlogged tenant with the smallest counter (its oldest part-prefilled prompt, else its oldest waiting request).
-  A tenant that becomes backlogged again after having no work is lifted to the smallest counter of the tenants
-  that stayed backlogged (`lift=False` turns the rule off, to show what banking credit does).
-* `Priority(priority, batch_kv_quota)`: `priority[i]` is request i's class, 0 the interactive one, larger values
-  lower (as vLLM's `priority` field: smaller is served first). Waiting requests are admitted in order of
-  (class, arrival); the classes above 0 together may hold at most `batch_kv_quota` tokens of KV (None: no cap); an
-  interactive request that does not fit preempts running lower-class sequences first. A victim is always the
-  running sequence of the largest class value, the latest arrival among equals: the key vLLM 0.33.0 uses,
-  `max(self.running, key=lambda r: (r.priority, r.arrival_time))` in `Scheduler.schedule`
-  (vllm/v1/core/sched/scheduler.py), where vLLM preempts only when a running request cannot get its next KV
-  blocks; the admission-time preemption here (`preempt_for_interactive`) is this simulator's option.
-
-Request ids are in arrival order (`Requests` sorts arrivals), so "latest arrival" is "largest id".
+Both build `MixedBudget`'s step and differ in who gets the budget left after the decodes and who is admitted:
+`TokenFair(tenant, weights)` grants it to the backlogged tenant with the smallest virtual token counter;
+`Priority(priority, batch_kv_quota)` admits by (class, arrival), caps the KV of the classes above 0 and preempts
+with vLLM 0.33.0's victim key. The rules, and where vLLM differs: docs/simulator.md.
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
 >>> from servelab.analytic.fairness import token_weights
@@ -61,7 +46,7 @@ def _decode_all(state: ServingState, victim) -> tuple[np.ndarray, np.ndarray]:
 @dataclass
 class TokenFair:
     """Token-fair sharing between tenants: the backlogged tenant with the smallest virtual counter gets the next
-    `quantum` tokens of the step's leftover budget (see the module docstring). `counters` holds the counters after
+    `quantum` tokens of the step's leftover budget (docs/simulator.md). `counters` holds the counters after
     the run; `served_s[t]` the GPU-seconds tenant t was charged."""
 
     tenant: np.ndarray
@@ -143,7 +128,7 @@ class TokenFair:
 
 @dataclass
 class Priority:
-    """Priority classes with a KV quota for the lower ones (see the module docstring). `priority[i]` is request
+    """Priority classes with a KV quota for the lower ones (docs/simulator.md). `priority[i]` is request
     i's class (0 interactive); `batch_kv_quota` caps the KV tokens that all classes above 0 hold together, checked
     when one is admitted (each then grows by a slot a decode: size the quota at the sequences' final length, as
     `servelab.analytic.fairness.batch_kv_quota` does with `batch_context`)."""

@@ -1,20 +1,9 @@
 """How a preempted sequence gets its KV back: recompute it (the default) or swap it to host memory and back.
 
-`simulate(..., preemption="recompute")` drops a preempted sequence's KV; it is prefilled again when it is
-re-admitted (what nano-vllm and vLLM V1 do). `simulate(..., preemption=Swap(...))` (or `"swap"`, with the
-defaults below) copies its KV out to a host pool instead, as vLLM's V0 swap did:
-
-* the sequence keeps `computed`, frees its GPU KV, holds `Swap.host_tokens(computed)` slots of the host pool
-  (whole blocks), and goes to the front of the waiting queue;
-* when it is admitted again it reserves its GPU KV as any admission does, and its KV is copied back in; it
-  then has only the tokens without KV to compute (one, for a sequence preempted while decoding);
-* every copy blocks the step it is made in (V0 issued the swaps before the step's forward pass): the step
-  lasts its roofline time plus the copy time of its swap-outs and swap-ins, `kv_tiers.swap_time` each;
-* when the host pool has no room for a victim's KV, that victim is recomputed instead (a fallback).
-
-The defaults: a host pool of vLLM V0's default `swap_space`, 4 GiB (`vllm/engine/arg_utils.py`, 0.6.3), in
-tokens of the model's KV; one direction of a PCIe Gen5 x16 link; `kv_tiers.DEFAULT_COPY_LATENCY_S` per copy;
-16-token blocks.
+`simulate(..., preemption="recompute")` drops a preempted sequence's KV, to be prefilled again (nano-vllm, vLLM
+V1); `preemption=Swap(...)` (or `"swap"`, with the defaults) copies it to a host pool and back, as vLLM's V0 swap
+did, each copy blocking the step it is made in. The rules and the defaults (vLLM V0's 4 GiB `swap_space`):
+docs/simulator.md.
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B
 >>> swap = Swap(host_kv_tokens=4096, link_bandwidth=64e9, copy_latency_s=10e-6, block_size=16)

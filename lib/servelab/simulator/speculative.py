@@ -1,26 +1,10 @@
 """Speculative decoding in the simulator: draft tokens in the budget, look-ahead KV, acceptance, rollback.
 
 `simulate(..., speculation=Speculation(k, alpha, draft=None, seed=0))` turns every decode of a step into a
-verification: the sequence computes its last token and d <= k draft tokens as one chunk of 1 + d on its cached
-context, and emits 1 + a tokens, the a drafts accepted in a row and the target's own (bonus) token after them.
-What a step does, around the policy's own schedule:
-
-1. **budget**: the policy builds its step as usual; the decoding sequences (those with tokens generated and
-   only their last one without KV) then take drafts from what is left of `max_num_batched_tokens`, in running
-   order, each at most k and never past its `output_len` (a step emits up to d + 1); drafts that do not fit
-   are cut, so a step never computes more than the budget;
-2. **look-ahead KV**: each draft takes one KV slot before the step; drafts that find no free slot are cut
-   (a guess never preempts a sequence);
-3. **acceptance**: draft j is accepted with probability `alpha` given drafts 1 .. j-1 were (one seeded
-   generator per run), so a = the accepted drafts in a row;
-4. **rollback**: the computed count goes back by the d - a rejected drafts (their KV lies past it, to be
-   overwritten) and their d - a slots go back to the free pool; the a accepted drafts are emitted, and the
-   loop's usual rule emits the bonus token (the sequence's KV covers all its tokens but the bonus).
-
-The step is priced by the roofline as it stands (a chunk of 1 + d on each context), plus, with a draft model
-(`draft`, a `ModelSpec`), max(d) decode steps of that model over the speculating sequences, each with the
-step overhead (as `speculation.draft_time`); `draft=None` is prompt-lookup drafting, free. The draft model's
-own KV is not modelled. Block rounding is left out, as everywhere in the simulator (one slot, one token).
+verification of d <= k drafts, which emits the a drafts accepted in a row and the target's bonus token. Drafts
+take what is left of `max_num_batched_tokens` and one KV slot each, are accepted with probability `alpha`, and
+the rejected ones roll back; a draft model (`draft`) adds its decode steps to the step's price. Step by step:
+docs/simulator.md.
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
 >>> from servelab.simulator import MixedBudget, Requests, simulate
