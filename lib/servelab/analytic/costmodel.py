@@ -293,7 +293,8 @@ def cost_from_totals(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: 
 
     A step's cost depends on its batch only through: the tokens computed (matmuls, KV written), the
     LM-head rows (`num_seqs`: one a sequence, or every position a verification samples at), the (query, key)
-    pairs of attention, and the cached tokens whose KV is read. The simulator computes these four with numpy and calls this directly; no checks here.
+    pairs of attention, and the cached tokens whose KV is read. The simulator computes these four with numpy and
+    calls this directly; no checks here.
 
     >>> cost_from_totals(LLAMA2_7B, H100_SXM, 1, 1, 1001, 1000) == step_cost(LLAMA2_7B, H100_SXM,
     ...                                                                       decode_context_lens=[1000])
