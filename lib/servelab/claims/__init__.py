@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from servelab.claims import batching, capacity, fairness, kernels, prefix, queueing, spec
+from servelab.claims import asynchronous, batching, capacity, fairness, kernels, prefix, queueing, spec
 from servelab.claims.core import Claim, full_cache
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
@@ -31,6 +31,7 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch05_lock_ref_eviction": prefix.ch05,
     "ch06_triton_paged_attention": kernels.ch06,
     "ch09_capacity_and_concurrency": capacity.ch09,
+    "ch10_async_scheduling": asynchronous.ch10,
     "ch11_speculative_decoding": spec.ch11,
     "ch12_queueing_and_overload": queueing.ch12,
     "ch13_fairness_and_priority": fairness.ch13,
