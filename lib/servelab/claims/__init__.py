@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from servelab.claims import asynchronous, batching, capacity, fairness, kernels, prefix, queueing, spec
+from servelab.claims import asynchronous, batching, capacity, fairness, kernels, kv, prefix, queueing, spec
 from servelab.claims.core import Claim, full_cache
 
 __all__ = ["CHAPTERS", "Claim", "full_cache", "of"]
@@ -30,6 +30,7 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch04_radix_cache": prefix.ch04,
     "ch05_lock_ref_eviction": prefix.ch05,
     "ch06_triton_paged_attention": kernels.ch06,
+    "ch08_preemption_and_kv_tiers": kv.ch08,
     "ch09_capacity_and_concurrency": capacity.ch09,
     "ch10_async_scheduling": asynchronous.ch10,
     "ch11_speculative_decoding": spec.ch11,
