@@ -109,7 +109,7 @@ def test_the_crossover_copy_latency_matches_the_closed_form():
         lo, hi = (mid, hi) if extra_s(mid) < 0 else (lo, mid)
     copies = kv_tiers.swap_copies(LLAMA3_8B, int(c), 16)
     closed = (kv_tiers.recompute_time(LLAMA3_8B, H100_SXM, int(c), mfu=1.0) / 2
-              - copies * kv_tiers.swap_copy_bytes(LLAMA3_8B, 16) / 64e9) / copies
+              - copies * kv_tiers.swap_copy_bytes(LLAMA3_8B, 16) / kv_tiers.PCIE_GEN5_X16.bandwidth) / copies
     assert lo == pytest.approx(closed, rel=0.10)
 
 

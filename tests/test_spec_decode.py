@@ -217,6 +217,31 @@ def test_speculation_pays_at_batch_one_and_its_crossover_is_the_first_losing_bat
     assert crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7, draft) < crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7)
 
 
+def test_a_verification_pays_the_lm_head_at_every_position_it_checks():
+    from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, step_cost
+    from servelab.analytic.speculation import crossover_batch, verify_step_time
+
+    # k + 1 logit rows a sequence: the verify step's LM-head FLOPs are (k + 1) x a prefill chunk's
+    chunk = step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=[5] * 64, prefill_context=256)
+    verify = step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=[5] * 64, prefill_context=256, logit_rows=320)
+    assert verify.lm_head_flops == 5 * chunk.lm_head_flops and verify.matmul_flops == chunk.matmul_flops
+    assert verify_step_time(LLAMA3_8B, H100_SXM, 64, 256, 4) == verify.seconds()
+    # the dearer step loses sooner than one LM-head row a sequence would say (320 at 256 tokens)
+    assert crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7) == 292
+    with pytest.raises(ValueError, match="logit_rows"):
+        step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=[5] * 2, logit_rows=11)
+
+
+def test_only_the_batches_the_kv_cache_holds_fit():
+    from servelab.analytic import capacity
+    from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+    from servelab.analytic.speculation import fits
+
+    ceiling = capacity.kv_ceiling(LLAMA3_8B, H100_SXM, 1024 + 5)    # each holds its context, token and 4 drafts
+    assert fits(LLAMA3_8B, H100_SXM, ceiling, 1024, 4) and not fits(LLAMA3_8B, H100_SXM, ceiling + 1, 1024, 4)
+    assert not fits(LLAMA3_8B, H100_SXM, 1025, 64, 4)                # past max_num_seqs
+
+
 def test_bad_parameters_of_the_closed_forms_are_refused():
     from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
     from servelab.analytic.speculation import expected_tokens_per_step, speculative_speedup

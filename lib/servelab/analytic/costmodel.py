@@ -241,7 +241,7 @@ def _counts(name: str, values) -> np.ndarray:
 
 
 def step_cost(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_lens=(),
-              prefill_context=0) -> StepCost:
+              prefill_context=0, *, logit_rows: int | None = None) -> StepCost:
     """Price one step: prefill chunks plus decoding sequences.
 
     - `prefill_tokens`: the chunk sizes of the sequences being prefilled this step, one entry per
@@ -250,6 +250,9 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_l
       (a later chunk of a long prompt, or a prefix-cache hit). An int applies to every chunk.
     - `decode_context_lens`: for each decoding sequence, the number of tokens in its KV cache; it
       computes one new token that attends to all of them and to itself.
+    - `logit_rows`: the positions whose logits the LM head computes. By default one per chunk and one per decode
+      (a step samples at each sequence's last position). A speculative verification samples at every position of
+      its chunk of k + 1 tokens: give (k + 1) x the sequences.
 
     Worked example, LLaMA-2-7B: one decode over a 1000-token context reads the weights (13,476,831,232 B),
     1000 tokens of KV (1000 x 524,288 B) and writes one (524,288 B).
@@ -277,7 +280,10 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_l
     # ints: c * (c + 1) passes int64 past a chunk of 3e9 tokens, and max_prefill_chunk's search goes that far
     pairs = (sum(c * p + c * (c + 1) // 2 for c, p in zip(chunks.tolist(), prefix.tolist()))
              + int(contexts.sum()) + contexts.size)
-    return cost_from_totals(model, gpu, num_tokens=num_tokens, num_seqs=chunks.size + contexts.size,
+    rows = chunks.size + contexts.size if logit_rows is None else _one_count("logit_rows", logit_rows, "positions")
+    if rows > num_tokens:
+        raise ValueError(f"logit_rows ({rows}) cannot exceed the tokens the step computes ({num_tokens})")
+    return cost_from_totals(model, gpu, num_tokens=num_tokens, num_seqs=rows,
                             attention_pairs=pairs, kv_read_tokens=int(prefix.sum()) + int(contexts.sum()))
 
 
@@ -286,8 +292,9 @@ def cost_from_totals(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: 
     """The same model from the four totals `step_cost` reduces its arguments to.
 
     A step's cost depends on its batch only through: the tokens computed (matmuls, KV written), the
-    sequences (LM-head rows), the (query, key) pairs of attention, and the cached tokens whose KV is
-    read. The simulator computes these four with numpy and calls this directly; no checks here.
+    LM-head rows (`num_seqs`: one a sequence, or every position a verification samples at), the (query, key)
+    pairs of attention, and the cached tokens whose KV is read. The simulator computes these four with numpy and
+    calls this directly; no checks here.
 
     >>> cost_from_totals(LLAMA2_7B, H100_SXM, 1, 1, 1001, 1000) == step_cost(LLAMA2_7B, H100_SXM,
     ...                                                                       decode_context_lens=[1000])
@@ -328,7 +335,7 @@ def _check_overhead(overhead_s) -> float:
 
 
 def step_time(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_lens=(), prefill_context=0,
-              overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
+              overhead_s: float = DEFAULT_STEP_OVERHEAD_S, *, logit_rows: int | None = None) -> float:
     """Seconds for one step: max(compute time, memory time) + `overhead_s` (see DEFAULT_STEP_OVERHEAD_S).
 
     Arguments as `step_cost`. A 4096-token prefill of LLaMA-2-7B is compute-bound: 53.1 TFLOPs of
@@ -338,7 +345,8 @@ def step_time(model: ModelSpec, gpu: GPUSpec, prefill_tokens=0, decode_context_l
     58.6
     """
     overhead_s = _check_overhead(overhead_s)
-    return step_cost(model, gpu, prefill_tokens, decode_context_lens, prefill_context).seconds(overhead_s)
+    return step_cost(model, gpu, prefill_tokens, decode_context_lens, prefill_context,
+                     logit_rows=logit_rows).seconds(overhead_s)
 
 
 def shared_prefix_decode_traffic(prefix_len: int, suffix_lens, num_q_heads: int, num_kv_heads: int,

@@ -4,10 +4,10 @@ servelab.schedulers.spec_decode; the simulator measures the same in servelab.sim
 
 from __future__ import annotations
 
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, serving
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 
-__all__ = ["DRAFT_1B", "crossover_batch", "draft_time", "expected_tokens_per_step", "speculative_speedup",
+__all__ = ["DRAFT_1B", "crossover_batch", "draft_time", "expected_tokens_per_step", "fits", "speculative_speedup",
            "verify_step_time"]
 
 
@@ -43,18 +43,22 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 def verify_step_time(model: ModelSpec, gpu: GPUSpec, batch: int, context_len: int, k: int,
                      overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
     """Seconds for one verification step: `batch` sequences each computing a chunk of k + 1 tokens (the last
-    token and k drafts) on a cached context of `context_len`; at k = 0 it is the plain decode step. The same as
-    costmodel.step_time(prefill_tokens=[k + 1] * batch, prefill_context=context_len), from its four totals.
+    token and k drafts) on a cached context of `context_len`; at k = 0 it is the plain decode step. Verifying
+    needs the target's logits at all k + 1 positions (the token each draft is checked against, and the bonus), so
+    the LM head runs over (k + 1) x batch rows, not one a sequence as for a prefill chunk. The same as
+    costmodel.step_time(prefill_tokens=[k + 1] * batch, prefill_context=context_len, logit_rows=(k + 1) * batch),
+    from its four totals.
 
     >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM, step_time
-    >>> verify_step_time(LLAMA3_8B, H100_SXM, 8, 512, 3) == step_time(LLAMA3_8B, H100_SXM, [4] * 8, (), 512)
+    >>> verify_step_time(LLAMA3_8B, H100_SXM, 8, 512, 3) == step_time(LLAMA3_8B, H100_SXM, [4] * 8, (), 512,
+    ...                                                                 logit_rows=32)
     True
     """
     batch, k = _check_count("batch", batch, 1), _check_count("k", k, 0)
     context_len = _check_count("context_len", context_len, 0)
     chunk = k + 1
     pairs = batch * (chunk * context_len + chunk * (chunk + 1) // 2)
-    cost = costmodel.cost_from_totals(model, gpu, batch * chunk, batch, pairs, batch * context_len)
+    cost = costmodel.cost_from_totals(model, gpu, batch * chunk, batch * chunk, pairs, batch * context_len)
     return cost.seconds(costmodel._check_overhead(overhead_s))
 
 
@@ -90,14 +94,32 @@ def crossover_batch(model: ModelSpec, gpu: GPUSpec, context_len: int, k: int, al
                     max_batch: int = 4096) -> int | None:
     """The smallest batch at which speculation stops paying (speedup <= 1), or None up to `max_batch`. At long
     contexts there may be none: every sequence's KV is read by the plain step and the verify step alike, so
-    both stay memory-bound together.
+    both stay memory-bound together. The roofline alone does not ask whether the batch fits: `fits` does.
 
     >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
     >>> crossover_batch(LLAMA3_8B, H100_SXM, 256, 4, 0.7), crossover_batch(LLAMA3_8B, H100_SXM, 1024, 4, 0.7)
-    (320, None)
+    (292, None)
     """
     _check_count("max_batch", max_batch, 1)
     for batch in range(1, max_batch + 1):
         if speculative_speedup(model, gpu, batch, context_len, k, alpha, draft, overhead_s) <= 1:
             return batch
     return None
+
+
+def fits(model: ModelSpec, gpu: GPUSpec, batch: int, context_len: int, k: int, **settings) -> bool:
+    """Whether a verification step of `batch` sequences holding `context_len` tokens, k drafts each, can run at all:
+    servelab.analytic.serving.check (the KV cache after the weights, max_num_seqs, the token budget; `settings` as
+    ServingPoint's). The target model's KV only: a draft model's weights and KV would take more.
+
+    >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
+    >>> fits(LLAMA3_8B, H100_SXM, 512, 512, 4), fits(LLAMA3_8B, H100_SXM, 512, 1024, 4)
+    (True, False)
+    """
+    point = serving.ServingPoint.decode(model, gpu, _check_count("batch", batch, 1), context_len, draft_tokens=k,
+                                        **settings)
+    try:
+        serving.check(point)
+    except serving.Infeasible:
+        return False
+    return True

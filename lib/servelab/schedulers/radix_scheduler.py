@@ -1,6 +1,6 @@
 """A token-slot KV pool and a scheduler that serves requests through SGLang's RadixCache, written to be read.
 
-The request lifecycle follows SGLang 0.4.x - 0.5.6 (`cache_finished_req` / `cache_unfinished_req`): admission
+The request lifecycle follows SGLang 0.5.23 (`checkpoint`, `release_kv_cache`; 0.5.6's `cache_*_req`): admission
 matches and locks the prompt's cached prefix and allocates slots for the rest; after the prefill the prompt is
 inserted so later requests hit it; a decode takes one slot per request, evicting, then retracting the most recently
 admitted; finish or preemption inserts what has KV and unlocks. The waiting queue is ``"fcfs"`` or ``"lpm"``
@@ -27,7 +27,7 @@ __all__ = ["CLIP_MAX_NEW_TOKENS", "MIN_NEW_TOKEN_RATIO_FACTOR", "NEW_TOKEN_RATIO
 
 POLICIES = ("fcfs", "lpm")
 
-# SGLang 0.5.6's defaults for the reservation (sglang/srt/environ.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION,
+# SGLang 0.5.23's defaults for the reservation (sglang/srt/environ.py: SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION,
 # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
 CLIP_MAX_NEW_TOKENS = 4096           # a request's future tokens are counted up to this many
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14    # the ratio's floor, as a fraction of its starting value

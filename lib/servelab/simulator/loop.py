@@ -203,7 +203,9 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
             waste = waste[:0]
             step_s = max(roofline, overhead_s)
         else:
-            step_s = costmodel.roofline_s(model, gpu, num_tokens, ids.size, pairs, int(context.sum())) + overhead_s
+            # LM-head rows: one a sequence, and one more per draft (a verification samples at every position)
+            rows = ids.size + (int(spec_run.drafts.sum()) if speculation is not None else 0)
+            step_s = costmodel.roofline_s(model, gpu, num_tokens, rows, pairs, int(context.sum())) + overhead_s
             if speculation is not None:
                 step_s += spec_run.draft_seconds(context)
         starts.append(now)

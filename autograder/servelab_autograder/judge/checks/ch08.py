@@ -145,7 +145,7 @@ def _pitfall(name: str) -> str:
     return known_wrong.load(known_wrong.folder(paths.repo_root(), ch08.ASSIGNMENT) / f"{name}.diff").message
 
 
-LINK = 64e9
+LINK = K.PCIE_GEN5_X16.bandwidth     # 53 GB/s: the course's one-direction PCIe Gen5 x16 figure
 DRILL_6_DECODES = [2048] * 64
 
 
@@ -175,23 +175,23 @@ DRILLS = Drills("test_drills", (
           "peak", lambda: K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB, rel_tol=0.01,
           hints=((K.break_even_bandwidth(LLAMA3_8B, H200) / _GB, _BF16_HINT),
                  (K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB / 2, _pitfall("break_even_no_k_and_v")))),
-    Drill("drill_2", "how many times LLaMA-2-7B's break-even (1024 tokens, 40% of peak, H100) one direction of PCIe "
-          "Gen5 is", lambda: LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), rel_tol=0.01,
-          hints=((2 * LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), _pitfall("drills_bidirectional")),
+    Drill("drill_2", "how many times LLaMA-2-7B's break-even (1024 tokens, 40% of peak, H100) PCIe Gen5's 53 GB/s "
+          "(one direction) is", lambda: LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), rel_tol=0.01,
+          hints=((128e9 / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), _pitfall("drills_bidirectional")),
                  (LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM), _AT_50_HINT))),
     Drill("drill_3", "effective bandwidth (GB/s) of one copy of a 32-token block of one layer's K, Llama-3-8B, "
-          "64 GB/s, 10 us", lambda: K.effective_copy_bandwidth(K.swap_copy_bytes(LLAMA3_8B, 32), LINK, 10e-6) / _GB,
+          "53 GB/s, 10 us", lambda: K.effective_copy_bandwidth(K.swap_copy_bytes(LLAMA3_8B, 32), LINK, 10e-6) / _GB,
           rel_tol=0.01,
           hints=((LINK / _GB, _pitfall("effective_no_latency")),
                  (K.effective_copy_bandwidth(32 * 32 * 8 * 128 * 2, LINK, 10e-6) / _GB, _ALL_LAYERS_HINT))),
-    Drill("drill_4", "time (ms) to swap out a 3,000-token LLaMA-2-7B sequence, 16-token blocks, 64 GB/s, 10 us a copy",
+    Drill("drill_4", "time (ms) to swap out a 3,000-token LLaMA-2-7B sequence, 16-token blocks, 53 GB/s, 10 us a copy",
           lambda: K.swap_time(LLAMA2_7B, 3000, 16, LINK, 10e-6) * 1e3, rel_tol=0.01,
           hints=((188 * 2 * (10e-6 + 16 * LLAMA2_7B.kv_bytes_per_token / 2 / LINK) * 1e3,
                   _pitfall("swap_one_copy_per_block")),
                  ((10e-6 + 188 * 16 * LLAMA2_7B.kv_bytes_per_token / LINK) * 1e3, _pitfall("swap_latency_once")),
                  (187 * 64 * (10e-6 + 131072 / LINK) * 1e3, _pitfall("swap_partial_block")))),
     Drill("drill_5", "smallest block size (tokens) whose one-layer K copy reaches LLaMA-2-7B's break-even (H100, 50%) "
-          "at 64 GB/s and 10 us", drill_5,
+          "at 53 GB/s and 10 us", drill_5,
           hints=((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT), (32, _BLOCK_HINT))),
     Drill("drill_6", "recomputed tokens that join a decode step of 64 Llama-3-8B sequences at 2048 tokens (H100) "
           "before it turns compute-bound", drill_6,

@@ -16,8 +16,9 @@ What the sandbox's library lacks while this chapter grades (``references``), and
   would answer one in a call: ``LookaheadBlockManager.blocks_short`` / ``can_append`` (may_append's count),
   ``verify_step_time`` and ``draft_time`` (speculative_speedup's two prices).
 - ``costmodel`` stays whole: the speedup is written with ``step_time`` (pricing a verification as a chunk of
-  k + 1 on each context is the exercise); ``BlockManager._allocate_block`` / ``_deallocate_block`` stay (the
-  methods take and give back blocks through them).
+  k + 1 on each context, with its logits at all k + 1 positions, ``logit_rows``, is the exercise);
+  ``BlockManager._allocate_block`` / ``_deallocate_block`` stay (the methods take and give back blocks through
+  them).
 
 The walkthrough's cells that call the library's references (the worked trace, the closed forms, the simulator, the
 plots, the engine) are demos: not run while grading. setup_1 (imports) runs as it is.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from servelab.analytic import speculation
+from servelab.analytic import costmodel, speculation
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch11
@@ -200,6 +201,13 @@ def d5_taken() -> int:
     return _blocks(n + d, bs) - _blocks(n - 1, bs)
 
 
+def _d3_one_logit_row() -> float:
+    """Drill 3's speedup with the verification's LM head priced at one row a sequence (a prefill chunk's)."""
+    plain = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[D3_CONTEXT] * D3_BATCH)
+    verify = costmodel.step_time(LLAMA3_8B, H100_SXM, prefill_tokens=[D3_K + 1] * D3_BATCH, prefill_context=D3_CONTEXT)
+    return speculation.expected_tokens_per_step(D3_ALPHA, D3_K) * plain / verify
+
+
 _D1 = speculation.expected_tokens_per_step(D1_ALPHA, D1_K)
 _D2_FREE = speculation.speculative_speedup(LLAMA3_8B, H100_SXM, **D2)
 
@@ -217,6 +225,7 @@ DRILLS = Drills("test_drills", (
           lambda: speculation.speculative_speedup(LLAMA3_8B, H100_SXM, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
           rel_tol=0.005,
           hints=((speculation.expected_tokens_per_step(D3_ALPHA, D3_K), _pitfall("speedup_one_token_verify")),
+                 (_d3_one_logit_row(), _pitfall("speedup_one_logit_row")),
                  (speculation.speculative_speedup(LLAMA3_8B, H200, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
                   "That is the H200's speedup: this drill is about an H100 (3.35 TB/s, not 4.8)."))),
     Drill("drill_4", f"tokens of the step's budget that a verification step of {D4_BATCH} sequences with k = {D4_K} "
