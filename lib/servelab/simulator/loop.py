@@ -11,7 +11,7 @@ import numpy as np
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
-from servelab.simulator import mixed_fast
+from servelab.simulator import mixed_fast, prefill_fast
 from servelab.simulator.admission import Admission
 from servelab.simulator.arrivals import Requests, _is_int
 from servelab.simulator.clients import Clients, drop_expired
@@ -63,8 +63,9 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
 
     A plain `MixedBudget` with none of these options runs in `servelab.simulator.mixed_fast` instead: the same
     steps and the same result, bit for bit, in about a tenth of the CPU time (every running sequence is in every
-    step, so a decoding one's token times are consecutive steps). Any other policy, a subclass of MixedBudget or
-    a replaced `MixedBudget.schedule` goes through the loop below.
+    step, so a decoding one's token times are consecutive steps). A plain `PrefillFirst` likewise runs in
+    `servelab.simulator.prefill_fast` (a decode step runs the same first max_num_seqs sequences until one finishes
+    or is preempted). Any other policy, a subclass of either or a replaced `schedule` goes through the loop below.
     """
     if kv_capacity_tokens is None:
         kv_capacity_tokens = costmodel.kv_capacity_tokens(model, gpu, memory_fraction)
@@ -102,6 +103,10 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     if mixed_fast.applies(policy, admission, swap, async_scheduling, speculation, clients):
         # the same steps without per-sequence work in each (servelab.simulator.mixed_fast)
         return mixed_fast.simulate_mixed(requests, policy, model, gpu, int(kv_capacity_tokens), overhead_s)
+    if prefill_fast.applies(policy, admission, swap, async_scheduling, speculation, clients):
+        # the same steps without per-sequence work in decode steps (servelab.simulator.prefill_fast)
+        return prefill_fast.simulate_prefill_first(requests, policy, model, gpu, int(kv_capacity_tokens),
+                                                   overhead_s)
 
     prompt, output, arrival = requests.prompt_len, requests.output_len, requests.arrival_s
     state = ServingState(prompt, output, int(kv_capacity_tokens), swap, model)

@@ -29,6 +29,7 @@ from collections import deque
 import numpy as np
 
 from servelab.analytic.costmodel import roofline_s
+from servelab.simulator import fast_common
 from servelab.simulator.metrics import SimResult
 from servelab.simulator.policies import MixedBudget
 
@@ -38,9 +39,8 @@ _REFERENCE_SCHEDULE = MixedBudget.schedule
 def applies(policy, admission, swap, async_scheduling, speculation, clients) -> bool:
     """Whether `simulate` may take the fast form: a `MixedBudget` itself (not a subclass, a `Traced` or a
     replaced `schedule`, which all run through the general loop) with nothing else switched on."""
-    return (type(policy) is MixedBudget and MixedBudget.schedule is _REFERENCE_SCHEDULE
-            and policy.prefill_order == "fcfs" and admission is None and swap is None and not async_scheduling
-            and speculation is None and clients is None)
+    return (fast_common.plain(policy, MixedBudget, _REFERENCE_SCHEDULE, admission, swap, async_scheduling,
+                              speculation, clients) and policy.prefill_order == "fcfs")
 
 
 def simulate_mixed(requests, policy: MixedBudget, model, gpu, kv_capacity: int, overhead_s: float) -> SimResult:
@@ -49,16 +49,14 @@ def simulate_mixed(requests, policy: MixedBudget, model, gpu, kv_capacity: int, 
     prompt_arr, output_arr = requests.prompt_len, requests.output_len
     n = len(requests)
     arrival = requests.arrival_s.tolist()
-    token_offset = np.concatenate([[0], np.cumsum(output_arr)[:-1]]).astype(np.int64)
-    base = (token_offset - prompt_arr).tolist()         # token k of request i: slot base[i] + seq_len before it
-    token_step = np.full(int(output_arr.sum()), -1, dtype=np.int32)
+    token_offset, base, token_step = fast_common.token_layout(requests)   # token k: slot base[i] + seq_len before it
     final = (prompt_arr + output_arr).tolist()
     seq_len = prompt_arr.tolist()                       # up to date for every sequence that is not decoding
     first_scheduled = [float("nan")] * n
     preemptions = [0] * n
     victim_tokens = array("q")
-    starts, ends, step_tokens, step_seqs, step_decodes, step_kv = (array("d"), array("d"), array("q"),
-                                                                   array("q"), array("q"), array("q"))
+    records = fast_common.step_records()
+    starts, ends, step_tokens, step_seqs, step_decodes, step_kv = records
     budget_total, cap = policy.max_num_batched_tokens, min(policy.max_num_seqs, policy.max_num_batched_tokens)
 
     waiting: deque[int] = deque()
@@ -190,17 +188,5 @@ def simulate_mixed(requests, policy: MixedBudget, model, gpu, kv_capacity: int, 
         step += 1
     assert kv_free == kv_capacity and not waiting, "every slot comes back when all are done"
 
-    def ints(values: array) -> np.ndarray:                  # a view, not a copy: 8 bytes a step, once
-        return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
-
-    zeros = np.zeros(n, dtype=np.int64)
-    return SimResult(policy=policy.name, kv_capacity=int(kv_capacity), requests=requests,
-                     generated=np.array(seq_len, dtype=np.int64) - prompt_arr,
-                     first_scheduled_s=np.array(first_scheduled, dtype=np.float64),
-                     preemptions=np.array(preemptions, dtype=np.int64), token_offset=token_offset,
-                     token_step=token_step, step_start_s=np.frombuffer(starts, dtype=np.float64),
-                     step_end_s=np.frombuffer(ends, dtype=np.float64), step_tokens=ints(step_tokens),
-                     step_seqs=ints(step_seqs), step_decodes=ints(step_decodes), step_kv_used=ints(step_kv),
-                     rejected=np.zeros(n, dtype=bool), step_swap_s=np.zeros(len(ends), dtype=np.float64),
-                     swaps_out=zeros, swaps_in=zeros.copy(), swap_fallbacks=zeros.copy(), host_kv_capacity=0,
-                     victim_tokens=ints(victim_tokens), wasted_slots=0, speculation=None)
+    return fast_common.result(policy, requests, kv_capacity, seq_len, first_scheduled, preemptions, token_offset,
+                              token_step, records, victim_tokens)
