@@ -25,7 +25,8 @@ def test_make_lab_puts_the_local_layer_before_the_learners_and_shows_the_url():
     dry = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True,
                          env=dict(os.environ, MAKEFLAGS="")).stdout
     path = re.search(r"JUPYTER_CONFIG_PATH=(\S+?)\$", dry).group(1)
-    assert path == f"{ROOT}/lab/local:{ROOT}/lab/learner", path
+    layers = [Path(part).resolve() for part in path.split(":")]
+    assert layers == [ROOT / "lab" / "local", ROOT / "lab" / "learner"], path
     assert "| .venv/bin/python scripts/lab_url.py" in dry, "the lab's log goes through the filter that shows its URL"
 
 
