@@ -31,7 +31,7 @@ from servelab_autograder.exercises.spec import Shape, Spec
 ASSIGNMENT = "ch10_async_scheduling"
 VOCAB, EOS = 10, 3        # the recording model's small vocabulary: end-of-sequence comes up often
 MAX_STEPS = 500
-_short = common.short_repr(16, 80)
+_short = nanovllm_state.SHORT
 
 
 # ------------------------------------------------------------------------------------------------

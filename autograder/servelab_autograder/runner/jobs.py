@@ -89,7 +89,6 @@ class Grader:
     def __init__(self, root: Path, out: Path, limits: grading_limits.Limits | None = None,
                  overrides: dict | None = None, jobs: int = 1, quiet: bool = False, use_sandbox: bool = True,
                  resume: bool = False, seed: int | None = None, dask: str | None = None):
-        self.nbgrader = nbgrader_process
         self.root = root
         self.out = out
         self.autograded = out / "autograded"
@@ -162,7 +161,7 @@ class Grader:
             args = ["generate_assignment", a, "--force", f"--CourseDirectory.release_directory={rel}"]
             keep = self.resume and stamps.get(a) == fingerprint
             args.append("--no-db" if keep else f"--CourseDirectory.db_url={self.db_url}")
-            run = self.nbgrader.run_nbgrader(args, cwd=self.root, env=self.env)
+            run = nbgrader_process.run_nbgrader(args, cwd=self.root, env=self.env)
             if run.returncode != 0 and "submissions associated" in run.output:
                 with Gradebook(self.db_url) as gb:
                     try:
@@ -173,11 +172,11 @@ class Grader:
                         gb.remove_submission(a, student)
                 self.say(f"{a} changed since it was last graded: dropped {len(stale)} old gradebook "
                          f"submission(s) of it")
-                run = self.nbgrader.run_nbgrader(args, cwd=self.root, env=self.env)
+                run = nbgrader_process.run_nbgrader(args, cwd=self.root, env=self.env)
             path = rel / a / f"{a}.ipynb"
             if run.returncode != 0 or not path.is_file():
                 raise RuntimeError(f"cannot register {a} in the gradebook: "
-                                   f"{self.nbgrader.last_error(run.output)}")
+                                   f"{nbgrader_process.last_error(run.output)}")
             self.chapters[a] = GradedCells.from_release(a, path)
             stamps[a] = fingerprint
         write_atomic(stamps_path, json.dumps(stamps, indent=1, sort_keys=True) + "\n")
@@ -332,7 +331,7 @@ class Grader:
         env = dict(self.env)
         env[ENV_PLAN] = str(plan_path)
         argv = ["autograde", job.assignment, "--student", job.student, "--force", *self.nbgrader_args()]
-        job.child = self.nbgrader.start_nbgrader(argv, cwd=self.root, log_path=job.log, env=env)
+        job.child = nbgrader_process.start_nbgrader(argv, cwd=self.root, log_path=job.log, env=env)
 
     def run_jobs(self, pending: list[Job]) -> None:
         if self.dask is not None:
@@ -431,7 +430,7 @@ class Grader:
                 fanout.save_autogrades(self.db_url, job.assignment, job.student,
                                        nbformat.reads(result["autograded"], as_version=4),
                                        stamp.read_text(encoding="utf-8") if stamp.is_file() else None)
-        return self.nbgrader.Run(result["returncode"], result["output"], result["seconds"], result["timed_out"])
+        return nbgrader_process.Run(result["returncode"], result["output"], result["seconds"], result["timed_out"])
 
     def finish_or_fail(self, job: Job, run) -> bool:
         """finish_attempt, with a failure to read the result reported as this submission's grader error."""
@@ -518,7 +517,7 @@ class Grader:
             done.message = why + (f"; gave up after {job.attempt} runs" if culprit is not None else "")
         else:
             done.status = "grader-error"
-            done.message = f"nbgrader failed: {short(self.nbgrader.last_error(run.output), 160)}"
+            done.message = f"nbgrader failed: {short(nbgrader_process.last_error(run.output), 160)}"
         graded = self.autograded_path(job).is_file() and done.status in ("graded", "repaired", "cell-timeout",
                                                                           "kernel-died")
         if not graded:
@@ -575,12 +574,12 @@ class Grader:
                 graded.setdefault(r.assignment, []).append(r.student)
         for a, students in sorted(graded.items()):
             argv = ["generate_feedback", a, "--force", *self.nbgrader_args()]
-            run = self.nbgrader.run_nbgrader(argv, cwd=self.root, env=self.env,
+            run = nbgrader_process.run_nbgrader(argv, cwd=self.root, env=self.env,
                                             log_path=self.logs / a / "_feedback.log")
             missing = [s for s in students if not (self.feedback / s / a / f"{a}.html").is_file()]
             if run.returncode != 0 or missing:
                 for s in missing:
-                    self.nbgrader.run_nbgrader([*argv, "--student", s], cwd=self.root, env=self.env,
+                    nbgrader_process.run_nbgrader([*argv, "--student", s], cwd=self.root, env=self.env,
                                               log_path=self.logs / a / f"_feedback-{s}.log")
 
         for r in self.results:

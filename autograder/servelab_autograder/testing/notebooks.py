@@ -13,15 +13,7 @@ import nbformat
 
 from servelab_autograder.judge import known_wrong as known_wrong_patches
 from servelab_autograder.paths import release_notebook, repo_root, source_notebook
-
-
-def nbgrader_meta(cell) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader")
-    return meta if isinstance(meta, dict) else {}
-
-
-def grade_id(cell) -> str | None:
-    return nbgrader_meta(cell).get("grade_id")
+from servelab_autograder.runner.submission import grade_id, nbgrader_meta  # noqa: F401 - the tests' too
 
 
 def is_solution(cell) -> bool:
