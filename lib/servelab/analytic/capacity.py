@@ -38,6 +38,7 @@ __all__ = [
     "prefill_share_ratio",
     "resident_sequences",
     "running_ceilings",
+    "slo_budget",
     "step_line",
     "time_weighted_running",
 ]
@@ -577,3 +578,19 @@ def budget_knee(model: ModelSpec, gpu: GPUSpec, num_decodes: int, context_len: i
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
     return num_decodes + hi
+
+
+def slo_budget(model: ModelSpec, gpu: GPUSpec, tbt_target_s: float, num_decodes: int, context_len: int,
+               prefill_context: int = 0) -> int:
+    """The largest token budget whose mixed step (`num_decodes` decodes at `context_len` plus one chunk on top of
+    `prefill_context` cached tokens of its prompt) takes at most `tbt_target_s`: under stall-free batching every
+    decode's gap between tokens is the step, so a TBT target caps the budget (num_decodes if no chunk fits).
+    The knee is where the budget stops buying throughput; this is where it starts costing the target.
+
+    >>> slo_budget(LLAMA3_8B, H100_SXM, 0.030, 32, 1024)
+    2012
+    """
+    num_decodes = _count("num_decodes", num_decodes, low=0)
+    context_len = _count("context_len", context_len, low=0)
+    return num_decodes + costmodel.max_prefill_chunk(model, gpu, tbt_target_s, [context_len] * num_decodes,
+                                                     prefill_context=prefill_context)

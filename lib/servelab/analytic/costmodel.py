@@ -25,6 +25,8 @@ from functools import cached_property
 import numpy as np
 
 __all__ = [
+    "A100_PCIE",
+    "MISTRAL_7B",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_STEP_OVERHEAD_S",
@@ -151,6 +153,11 @@ LLAMA31_8B = ModelSpec("Llama-3.1-8B", num_layers=32, hidden_size=4096, num_head
                        intermediate_size=14336, vocab_size=128256, max_position_embeddings=131072)
 
 
+# Source: the Hugging Face config of mistralai/Mistral-7B-Instruct-v0.2 (Sarathi-Serve's 7B model): Llama-3-8B's
+# layer shapes with a 32,000-token vocabulary and a 32K window, no sliding window in v0.2.
+MISTRAL_7B = ModelSpec("Mistral-7B-v0.2", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                       intermediate_size=14336, vocab_size=32000, max_position_embeddings=32768)
+
 @dataclass(frozen=True)
 class GPUSpec:
     """Peak dense bf16 tensor-core FLOP/s, HBM bandwidth (bytes/s) and HBM capacity (bytes).
@@ -190,6 +197,10 @@ H100_SXM = GPUSpec("H100 SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_
 # to cite, so treat it as approximate (it moves the KV capacity by well under 1% per 100 MiB).
 H200 = GPUSpec("H200 SXM", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=143_771 * MiB)
 
+
+# Source: NVIDIA A100 datasheet, 80GB PCIe column: BF16 Tensor Core 312 TFLOPS dense (624 with sparsity), 1,935 GB/s;
+# memory: the datasheet's decimal 80 GB (no nvidia-smi printout cited). Sarathi-Serve's 7B runs used this board.
+A100_PCIE = GPUSpec("A100 80GB PCIe", peak_flops=312e12, hbm_bandwidth=1.935e12, memory_bytes=80e9)
 
 @dataclass(frozen=True)
 class StepCost:

@@ -1,9 +1,13 @@
-"""Chapter 09's numbers: the KV ceiling, the fleet, Little's law."""
+"""Chapter 09's numbers: the KV ceiling, the fleet, Little's law, the published token budgets."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from servelab.analytic import capacity, costmodel, serving
-from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, GPUSpec, ModelSpec
+from servelab.analytic.costmodel import A100_PCIE, H100_SXM, H200, LLAMA3_8B, MISTRAL_7B, GPUSpec, ModelSpec
 from servelab.analytic.serving import ServingPoint
 from servelab.claims.core import Claim, ceiling_point
 
@@ -26,6 +30,7 @@ def ch09() -> list[Claim]:
         *_ch09_fleet(a),
         *_ch09_interview(a),
         *_ch09_drills(a),
+        *_ch09_published(a),
     ]
 
 
@@ -71,6 +76,7 @@ def _ch09_drills(a: str) -> list[Claim]:
     d5 = capacity.prefill_share_ratio(0.75, capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, 4000),
                                       capacity.decode_s_per_token(LLAMA3_8B, H100_SXM, 96, 4096))
     d6 = capacity.budget_knee(LLAMA3_8B, H100_SXM, 96, 4096)
+    d7 = capacity.slo_budget(MISTRAL_7B, A100_PCIE, 0.05, 64, 4096)
     c = "cell-36"
     return [
         Claim(a, c, "drill 1", d1, "drill_1 = {},", ceiling_point(LLAMA3_8B, H200, 3000)),
@@ -81,6 +87,59 @@ def _ch09_drills(a: str) -> list[Claim]:
         Claim(a, c, "drill 5", d5, "drill_5 = {:.1f} input tokens", ServingPoint.decode(LLAMA3_8B, H100_SXM, 96, 4096)),
         Claim(a, c, "drill 6", d6, "drill_6 = {} tokens",
               ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(4096,) * 96, prefill_chunks=(d6 - 96,))),
+        Claim(a, c, "drill 7", d7, "drill_7 = {} tokens",
+              ServingPoint(MISTRAL_7B, A100_PCIE, decode_contexts=(4096,) * 64, prefill_chunks=(d7 - 64,))),
+    ]
+
+
+def _sarathi_chat(budget: int):
+    """The chat-like workload of cell-39 (800 requests at 5/s) under a mixed step of `budget` tokens."""
+    from servelab.simulator import MixedBudget, Requests, lognormal_lengths, poisson_arrivals, simulate
+    n = 800
+    chat = Requests(poisson_arrivals(n, 5.0, seed=5), lognormal_lengths(n, 1024, 1.0, seed=3, high=8000),
+                    lognormal_lengths(n, 300, 0.8, seed=4, high=2000))
+    return simulate(chat, MixedBudget(max_num_batched_tokens=budget, max_num_seqs=128), MISTRAL_7B, A100_PCIE)
+
+
+def _ch09_published(a: str) -> list[Claim]:
+    """Sarathi-Serve's budgets at its serving point (Mistral-7B, one A100, 128 decodes at 2,048): the knee, the caps
+    its TBT targets allow (peaks; 50%/85% of them with the chunk 8,192 deep), a prompt token's price, the simulation."""
+    slow = dataclasses.replace(A100_PCIE, peak_flops=0.5 * A100_PCIE.peak_flops,
+                               hbm_bandwidth=0.85 * A100_PCIE.hbm_bandwidth)
+    decodes = (2048,) * 128
+    knee = capacity.budget_knee(MISTRAL_7B, A100_PCIE, 128, 2048)
+    cap = capacity.slo_budget(MISTRAL_7B, A100_PCIE, 0.1, 128, 2048)
+    deep = capacity.slo_budget(MISTRAL_7B, slow, 0.1, 128, 2048, prefill_context=8192)
+    relaxed = capacity.slo_budget(MISTRAL_7B, A100_PCIE, 0.5, 128, 2048)
+    relaxed_deep = capacity.slo_budget(MISTRAL_7B, slow, 0.5, 128, 2048, prefill_context=8192)
+    price = {b: capacity.prefill_s_per_token(MISTRAL_7B, A100_PCIE, 2000, b) * 1e6 for b in (2048, 8192)}
+    runs = {b: _sarathi_chat(b) for b in (512, 1024, 2048, 8192)}
+    p99 = {b: float(np.percentile(r.inter_token_gaps(), 99)) * 1e3 for b, r in runs.items()}
+    tps = [r.throughput() for r in runs.values()]
+    step = lambda chunk, gpu=A100_PCIE, prefix=0, budget=8192: ServingPoint(  # noqa: E731
+        MISTRAL_7B, gpu, decode_contexts=decodes, prefill_chunks=(chunk,), prefill_prefix=prefix,
+        max_num_batched_tokens=max(budget, 128 + chunk))
+    sim = "a percentile or a spread over a simulated run's steps, not one step"
+    m = "cell-38"
+    return [
+        Claim(a, m, "the knee at Sarathi-Serve's point", knee, "the knee is {} tokens", step(knee - 128)),
+        Claim(a, m, "the strict target's cap at peaks", cap, "strict target allows\n{:,} at", step(cap - 128)),
+        Claim(a, m, "the strict target's cap, derated and deep", deep, "{:,} with kernels at 50%",
+              step(deep - 128, slow, 8192)),
+        Claim(a, "cell-39", "the strict cap in the table", cap, "{:,}", step(cap - 128)),
+        Claim(a, "cell-39", "the relaxed cap in the table", relaxed, "{:,}", step(relaxed - 128)),
+        Claim(a, "cell-39", "the relaxed cap, derated and deep", relaxed_deep, "{:,}",
+              step(relaxed_deep - 128, slow, 8192)),
+        Claim(a, m, "a prompt token's price at 2,048", price[2048], "costs {:.2f} us at 2,048", step(2048 - 128)),
+        Claim(a, m, "a prompt token's price at 8,192", price[8192], "and {:.2f} us at 8,192", step(8192 - 128)),
+        Claim(a, m, "the throughput spread over the budgets", (max(tps) - min(tps)) / max(tps), "within\n{:.0%} in",
+              None, sim),
+        Claim(a, m, "the p99 gap at 512", p99[512], "{:.1f} ms at 512", None, sim),
+        Claim(a, m, "the p99 gap at 2,048", p99[2048], "{:.1f} ms at 2,048", None, sim),
+        Claim(a, m, "the p99 gap at 8,192", p99[8192], "{:.1f} ms at 8,192", None, sim),
+        Claim(a, "cell-35", "the strict cap in the interview", cap, "could carry {:,} tokens at peak", step(cap - 128)),
+        Claim(a, "cell-35", "the derated cap in the interview", deep, "peak,\n  {} with real kernels",
+              step(deep - 128, slow, 8192)),
     ]
 
 

@@ -14,7 +14,8 @@ What the sandbox's library lacks while this chapter grades (``references``), and
   exercise is the day's GPU-hours, the phases and the whole GPUs, not pricing a step again).
 
 The walkthrough's cells that call the library's references (the ceilings, the simulator against the fixed point,
-the fleet's levers, the knee's table) are demos: not run while grading. setup_1 (imports) runs as it is.
+the fleet's levers, the knee's table, the published budgets' table) are demos: not run while grading. setup_1
+(imports) runs as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 import random
 
 from servelab.analytic import capacity
-from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic.costmodel import A100_PCIE, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, MISTRAL_7B
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch09
 from servelab_autograder.exercises.spec import DEFAULT
@@ -182,6 +183,7 @@ D3_RATE, D3_PROMPT, D3_OUTPUT = 60.0, 64, 512
 D4 = dict(input_tokens_per_day=100e9, output_tokens_per_day=2e9, prompt_len=4000, batch=96)   # 114 fit at 4080
 D5_PROMPT, D5_BATCH, D5_CONTEXT = 4000, 96, 4096
 D6_DECODES, D6_CONTEXT = 96, 4096
+D7_TBT_S, D7_DECODES, D7_CONTEXT = 0.05, 64, 4096
 
 
 def d3_line() -> tuple[float, float]:
@@ -206,6 +208,10 @@ _D2_256_HINT = ("That is the batch at 256 tokens of context: at 128 each sequenc
                 "compute catches up with the bytes sooner.")
 _KNEE_RIDGE_HINT = ("That is the H100's ridge point in FLOPs per byte: the knee is a number of tokens in the step, "
                     "decodes and chunk together.")
+
+_D7_KV_HINT = ("That budget leaves out the decodes' KV reads: each of the 64 reads its 4,096 tokens of context "
+               "every step, which takes time from the chunk.")
+_D7_SARATHI_HINT = "That is the budget a paper ran with, not the largest one the target allows at the peaks."
 
 DRILLS = Drills("test_drills", (
     Drill("drill_1", f"sequences of {D1_CONTEXT} tokens each whose KV fits on one H200 next to Llama-3-8B (92% of "
@@ -236,14 +242,24 @@ DRILLS = Drills("test_drills", (
                  (capacity.budget_knee(LLAMA3_8B, H100_SXM, D6_DECODES, D6_CONTEXT) - D6_DECODES,
                   _pitfall("knee_chunk_only")),
                  (round(H100_SXM.ridge_flops_per_byte), _KNEE_RIDGE_HINT))),
+    Drill("drill_7", f"largest token budget a {D7_TBT_S:g} s time-between-tokens target allows: {D7_DECODES} decodes "
+          f"at {D7_CONTEXT} tokens plus one chunk of a new prompt, Mistral-7B on one A100 80GB PCIe at its peaks",
+          lambda: capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, D7_CONTEXT), abs_tol=1.5,
+          hints=((capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, D7_CONTEXT) - D7_DECODES,
+                  _pitfall("knee_chunk_only")),
+                 (capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, 0), _D7_KV_HINT),
+                 (capacity.budget_knee(MISTRAL_7B, A100_PCIE, D7_DECODES, D7_CONTEXT),
+                  _pitfall("drills_slo_is_the_knee")),
+                 (512, _D7_SARATHI_HINT))),
 ), read=lambda value, name: ch09.common.as_float(value, name, ch09.common.short_repr(12, 120), finite=True))
 
 
 CHAPTER = Chapter(
     assignment=ch09.ASSIGNMENT,
     prelude="import dataclasses\nimport math\n\nfrom servelab.analytic import capacity, costmodel\n"
-            "from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
-    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
+            "from servelab.analytic.costmodel import (A100_PCIE, DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, "
+            "LLAMA3_8B, MISTRAL_7B)\n",
+    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9"),
     references=tuple(f"servelab.analytic.capacity:{n}" for n in (
         "kv_ceiling", "compute_ridge_batch", "running_ceilings", "resident_sequences", "fleet_size",
         "prefill_share_ratio", "budget_knee")),
