@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 	  { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed)' | cut -c1-110 || true; } \
 	  || { tail -40 $(VENV)/pip.log; exit 1; }
 	@$(BIN)/python -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
+	@$(BIN)/python scripts/kernelspec.py
 	@touch $@
 
 setup: $(STAMP)

@@ -145,6 +145,7 @@ def _start_server(tmp: Path, root: Path, learner: bool = True) -> LabServer:
         IPYTHONDIR=str(home / ".ipython"),
         PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
         PYTHONUNBUFFERED="1",
+        SERVELAB_STATE=str(tmp / "state"),   # %check's progress and graded copies: not the repository's .servelab
     )
     env.pop("JUPYTER_TOKEN", None)
     env.pop("JUPYTER_CONFIG_PATH", None)
@@ -165,15 +166,16 @@ def _start_server(tmp: Path, root: Path, learner: bool = True) -> LabServer:
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}",
-            "--LabApp.expose_app_in_browser=True",
             f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
             f"--LabApp.user_settings_dir={tmp / 'settings'}",
             "--LabApp.news_url=None",
             "--LabApp.extension_manager=readonly",
         ]
-        if learner:  # as `make lab` runs it
+        if learner:  # as `make lab` runs it (lab/learner's config exposes the app to the page, for %check)
             cmd += [f"--LabApp.app_settings_dir={LEARNER_LAB / 'settings'}",
                     "--LabApp.default_url=/lab/tree/README.md"]
+        else:
+            cmd.append("--LabApp.expose_app_in_browser=True")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")  # as root the server refuses to start without it
         with open(log, "wb") as fh:
@@ -444,6 +446,44 @@ def test_run_all_in_jupyterlab(lab, browser, tmp_path):
             if s.exists():
                 print(f"screenshot: {s}")
         print(f"browser test took {time.monotonic() - t0:.1f} s (server already running)")
+        context.close()
+
+
+JS_RUN_CHECK = """async () => {
+  const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = nb.widgets.length - 1;
+  await app.commands.execute('notebook:insert-cell-below');
+  nb.activeCell.model.sharedModel.setSource('%check');
+  await app.commands.execute('notebook:run-cell');
+  return true;
+}"""
+JS_CHECK_OUTPUT = f"""() => {{ {JS_PANEL}
+  const w = panel.content.widgets.find(w => w.model.sharedModel.getSource() === '%check');
+  if (!w) return null;
+  return w.model.outputs.toJSON().map(o => o.output_type === 'stream' ? [].concat(o.text).join('') : '').join('');
+}}"""
+
+
+def test_check_from_inside_the_lab(lab, browser):
+    """%check in the learner's notebook saves it (through the app the learner lab exposes) and prints make check's
+    report for that chapter, graded outside the kernel, with the progress kept in the server's SERVELAB_STATE."""
+    chapter = Path(NOTEBOOK).parent.name
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(lab.url(f"/lab/tree/{NOTEBOOK}"), timeout=PAGE_TIMEOUT_S * 1000)
+        _wait(page, JS_KERNEL_IDLE, PAGE_TIMEOUT_S, f"the `{KERNEL_NAME}` kernel to start and go idle", lab)
+        page.evaluate(JS_RUN_CHECK)
+        _wait(page, f"() => (({JS_CHECK_OUTPUT})() || '').includes('your progress')", RUN_ALL_TIMEOUT_S,
+              "%check's report", lab, polling=500)
+        text = page.evaluate(JS_CHECK_OUTPUT)
+        assert f"saved {Path(NOTEBOOK).name}" in text, f"%check did not save the notebook first:\n{text}"
+        assert f"{chapter}: 0 / " in text and "NotImplementedError: fill in the function first" in text, text
+        saved = json.loads((lab.root / NOTEBOOK).read_text(encoding="utf-8"))
+        assert any("".join(c["source"]) == "%check" for c in saved["cells"]), "the notebook on disk was not saved"
+        progress = json.loads((lab.root.parent / "state" / "progress.json").read_text(encoding="utf-8"))
+        assert progress[chapter]["score"] == 0 and progress[chapter]["todo"], progress
+    finally:
         context.close()
 
 

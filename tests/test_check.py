@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -99,3 +100,55 @@ def test_check_says_when_there_is_no_sandbox(monkeypatch):
     monkeypatch.setattr(sandbox, "check", refuse)
     use, line = check.where_to_grade()
     assert not use and "no grading sandbox on this machine (bwrap is not installed)" in line and "your own code" in line
+
+
+def test_check_refuses_a_student_id_that_is_not_a_folder_name(tmp_path, capsys):
+    assert check.main([A, "--student", "../other", "--state", str(tmp_path)]) == 2
+    assert "is not a student id" in capsys.readouterr().err
+
+
+# %check (servelab_autograder.exercises.magic): the same check from inside JupyterLab; tests/test_browser.py runs
+# it in the learner's lab in Chromium
+
+def test_the_magic_finds_the_chapter_of_the_notebook_jupyterlab_opened(tmp_path, monkeypatch):
+    from servelab_autograder.exercises import magic
+
+    nb = tmp_path / "course" / A / f"{A}.ipynb"
+    assert magic.notebook_path({}) is None and magic.notebook_path({"JPY_SESSION_NAME": "x/console-1"}) is None
+    assert magic.notebook_path({"JPY_SESSION_NAME": str(nb)}) == nb
+    monkeypatch.chdir(tmp_path)
+    assert magic.notebook_path({"JPY_SESSION_NAME": f"{A}/{A}.ipynb"}) == tmp_path / f"{A}.ipynb"
+    assert magic.chapter_of(nb) == A and magic.chapter_of(tmp_path / "course" / "README.ipynb") is None
+
+
+def test_the_magic_checks_as_the_hub_user_on_a_hub(tmp_path):
+    from servelab_autograder.exercises import magic
+
+    local = magic.command(A, tmp_path, env={})
+    assert local[-3:] == [A, "--course", str(tmp_path)] and "--student" not in local
+    hub = magic.command(A, tmp_path, env={"JUPYTERHUB_USER": "ada"})
+    assert hub[hub.index("--student") + 1] == "ada" and hub[hub.index("--state") + 1].endswith(".servelab")
+
+
+def test_the_magic_does_nothing_outside_a_jupyterlab_session(monkeypatch, capsys):
+    """A %check left in a notebook runs in nbgrader's kernel while it grades: it must not check from there."""
+    from servelab_autograder.exercises import magic
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert magic.check("") is None
+    assert "runs in a notebook opened in JupyterLab" in capsys.readouterr().out
+
+
+def test_the_course_kernel_loads_the_magic(tmp_path):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("kernelspec", ROOT / "scripts" / "kernelspec.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    kernel = tmp_path / "kernel.json"
+    kernel.write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]}))
+    first = mod.add_magic(kernel)
+    assert mod.add_magic(kernel) == first and first.count(mod.EXT) == 1   # idempotent
+    installed = json.loads((Path(sys.prefix) / "share/jupyter/kernels/servelab/kernel.json").read_text())
+    assert mod.EXT in installed["argv"], "make setup did not give the course kernel %check (scripts/kernelspec.py)"

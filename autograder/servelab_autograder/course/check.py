@@ -6,7 +6,8 @@ For each chapter (default: every chapter under course/) this grades a copy of
 ``course/<chapter>/<chapter>.ipynb`` with the hidden tests and the drill checks, through the same trusted
 path as ``make autograde`` (``servelab_autograder.runner.grade``: your kernel runs in a sandbox, the verdicts are
 made outside it, limits in CPU time). Your notebook is never changed. Unsaved edits are not seen: save in
-JupyterLab first.
+JupyterLab first, or run ``%check`` in the notebook (``servelab_autograder.exercises.magic``), which saves it and
+runs this. On a course hub it grades as the hub user (``--student``) and keeps the progress in ``~/.servelab``.
 
 It prints, per exercise, the points and what lost them (the pitfall your code matches, or the first
 wrong case), a drill as right or "not yet" (never its answer), and one line per chapter. Your progress
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -34,7 +36,7 @@ import nbformat
 from servelab_autograder import paths
 from servelab_autograder.runner import jobs, nbgrader_process, results, sandbox, submission
 
-STUDENT = "me"
+STUDENT = "me"               # the student id of a local check; on a hub, the hub user (--student)
 STATE = ".servelab"          # under the repository root, git-ignored
 PROGRESS = "progress.json"   # in the state folder
 
@@ -50,18 +52,18 @@ def where_to_grade() -> tuple[bool, str]:
                   "as it does when your instructor grades it")
 
 
-def cell_report(out: Path, assignment: str) -> list[tuple[str, float, float, list[str]]]:
+def cell_report(out: Path, assignment: str, student: str = STUDENT) -> list[tuple[str, float, float, list[str]]]:
     """(exercise, score, max score, what lost points: the lines of its message) per graded cell, in order."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    path = out / "autograded" / STUDENT / assignment / f"{assignment}.ipynb"
+    path = out / "autograded" / student / assignment / f"{assignment}.ipynb"
     if not path.is_file():
         return []
     cells = {submission.grade_id(c): c for c in nbformat.read(path, as_version=4).cells if submission.grade_id(c)}
     rows = []
     with Gradebook("sqlite:///" + str(out / "gradebook.db")) as gb:
         try:
-            sub = gb.find_submission(assignment, STUDENT)
+            sub = gb.find_submission(assignment, student)
         except MissingEntry:
             return []
         order = {g: i for i, g in enumerate(cells)}
@@ -150,12 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--course", type=Path, default=None, metavar="DIR",
                         help="folder of <chapter>/<chapter>.ipynb to check (default: course/)")
     parser.add_argument("--state", type=Path, default=None, metavar="DIR",
-                        help=f"where the progress and the graded copies go (default: {STATE}/)")
+                        help=f"where the progress and the graded copies go (default: $SERVELAB_STATE, else {STATE}/)")
+    parser.add_argument("--student", default=os.environ.get("JUPYTERHUB_USER") or STUDENT, metavar="ID",
+                        help=f"grade as this student (default: the hub user on a course hub, else {STUDENT!r})")
     args = parser.parse_args(argv)
 
     root = paths.repo_root()
     course = (args.course or root / paths.RELEASE_DIR).resolve()
-    state = (args.state or root / STATE).resolve()
+    state = (args.state or Path(os.environ.get("SERVELAB_STATE") or root / STATE)).resolve()
+    student = args.student
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", student):   # it names a folder: no "/" or ".."
+        print(f"--student {student!r} is not a student id (letters, digits, '.', '_', '@', '-')", file=sys.stderr)
+        return 2
     known = [a for a in paths.chapters(root) if (course / a / f"{a}.ipynb").is_file()]
     try:
         todo = paths.resolve(args.chapters, known) or known
@@ -174,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="servelab-check-") as tmp:
         subs = Path(tmp) / "submitted"
         for a in todo:
-            (subs / STUDENT / a).mkdir(parents=True)
-            shutil.copyfile(course / a / f"{a}.ipynb", subs / STUDENT / a / f"{a}.ipynb")
+            (subs / student / a).mkdir(parents=True)
+            shutil.copyfile(course / a / f"{a}.ipynb", subs / student / a / f"{a}.ipynb")
         grader = jobs.Grader(root, out, quiet=True, use_sandbox=use_sandbox, seed=args.seed)
         print(f"grading {len(todo)} chapter(s) with random cases from seed {grader.seed} ...", flush=True)
         try:
@@ -189,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     when = time.strftime("%Y-%m-%d %H:%M")
     print()
     for outcome in sorted(outcomes, key=lambda o: o.assignment):
-        rows = cell_report(out, outcome.assignment)
+        rows = cell_report(out, outcome.assignment, student)
         record(progress, outcome, rows, when)
-        page = out / "feedback" / STUDENT / outcome.assignment / f"{outcome.assignment}.html"
+        page = out / "feedback" / student / outcome.assignment / f"{outcome.assignment}.html"
         print(render_chapter(outcome, rows, page))
         print()
     save_progress(state, progress)
