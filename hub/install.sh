@@ -34,6 +34,7 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$REPO/pyproject.toml" "$REPO/lib" "$REPO/a
   "$PREFIX/venv/bin/python" -m pip install -q --upgrade "$REPO" "jupyterhub==$JUPYTERHUB_VERSION" \
     >"$PREFIX/pip.log" 2>&1 || { tail -40 "$PREFIX/pip.log"; exit 1; }
   "$PREFIX/venv/bin/python" -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
+  "$PREFIX/venv/bin/python" "$REPO/scripts/kernelspec.py"     # the kernel's %check magic
   touch "$stamp"
 fi
 if [ ! -x "$PREFIX/node_modules/.bin/configurable-http-proxy" ]; then
@@ -43,6 +44,16 @@ fi
 
 # the learner lab (no instructor tools), read by every learner's server
 rm -rf "$PREFIX/lab" && mkdir -p "$PREFIX/lab" && cp -r "$REPO/lab/learner" "$PREFIX/lab/learner"
+
+# the course root a learner's %check grades against (SERVELAB_ROOT of their server): the repository's public parts
+# (chapters, release, grading tables and known-wrong patches, the library the sandbox mounts), read-only; no
+# gradebook, no submissions: those stay in the instructor's course folder
+rm -rf "$PREFIX/root" && mkdir -p "$PREFIX/root/autograder" "$PREFIX/root/bench"
+cp -r "$REPO/solutions" "$REPO/course" "$REPO/lib" "$REPO/pyproject.toml" "$REPO/nbgrader_config.py" "$PREFIX/root/"
+cp -r "$REPO/autograder/servelab_autograder" "$REPO/autograder/known_wrong" "$REPO/autograder/mutants" \
+  "$REPO/autograder/nbgrader_config.py" "$PREFIX/root/autograder/"
+cp "$REPO/bench/kernels_results.md" "$PREFIX/root/bench/"
+find "$PREFIX/root" -name __pycache__ -prune -exec rm -rf {} +
 
 # nbgrader's exchange: everyone may write into it (nbgrader's own docs: chmod ugo+rw); nbgrader makes the
 # course's inbound and feedback folders unlistable and names what is in them by secrets
@@ -55,5 +66,5 @@ c.CourseDirectory.course_id = "servelab"
 c.Exchange.root = "$EXCHANGE"
 CONFIG
 mkdir -p "$PREFIX/state" && chmod 700 "$PREFIX/state"
-chmod -R a+rX "$PREFIX/venv" "$PREFIX/lab" "$PREFIX/node_modules"
+chmod -R a+rX "$PREFIX/venv" "$PREFIX/lab" "$PREFIX/root" "$PREFIX/node_modules"
 echo "hub environment ready: $PREFIX (exchange $EXCHANGE)"

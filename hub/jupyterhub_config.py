@@ -53,6 +53,7 @@ def lab_for_role(spawner) -> None:
         return
     learner = f"{prefix}/lab/learner"
     spawner.environment["JUPYTER_CONFIG_PATH"] = learner
+    spawner.environment["SERVELAB_ROOT"] = f"{prefix}/root"     # what %check grades against (hub/install.sh)
     spawner.args = [*spawner.args, f"--LabApp.app_settings_dir={learner}/settings"]
 
 

@@ -290,5 +290,42 @@ def test_a_learner_logs_in_through_the_hub_page_into_the_learner_lab(course):
             listed = page.request.get(f"{hub.url}/user/{name}/assignments?course_id={course['course_id']}")
             assert listed.status == 200 and CH in listed.text(), listed.text()[:500]
             assert page.request.get(f"{hub.url}/user/{name}/formgrader").status == 404
+            _check_from_the_lab(page, hub, name)
         finally:
             browser.close()
+
+
+JS_RUN_CHECK = """async () => {
+  const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = nb.widgets.length - 1;
+  await app.commands.execute('notebook:insert-cell-below');
+  nb.activeCell.model.sharedModel.setSource('%check');
+  await app.commands.execute('notebook:run-cell');
+  return true;
+}"""
+JS_CHECK_OUTPUT = """() => {
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const w = panel && panel.content && panel.content.widgets.find(w => w.model.sharedModel.getSource() === '%check');
+  if (!w) return '';
+  return w.model.outputs.toJSON().map(o => o.output_type === 'stream' ? [].concat(o.text).join('') : '').join('');
+}"""
+
+
+def _check_from_the_lab(page, hub, name: str) -> None:
+    """%check in the learner's own copy of the chapter (the solution it submitted): saved, graded as that hub user
+    against the hub's public course root, full marks, the progress in the learner's ~/.servelab."""
+    page.goto(f"{hub.url}/user/{name}/lab/tree/{CH}/{CH}.ipynb", timeout=60_000)
+    page.wait_for_function("""() => { const p = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+        const k = p && p.sessionContext && p.sessionContext.session && p.sessionContext.session.kernel;
+        return !!k && k.status === 'idle'; }""", timeout=180_000, polling=500)
+    page.evaluate(JS_RUN_CHECK)
+    page.wait_for_function(f"() => ({JS_CHECK_OUTPUT})().includes('your progress')", timeout=300_000, polling=1000)
+    text = page.evaluate(JS_CHECK_OUTPUT)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    assert f"saved {CH}.ipynb" in text, text
+    got = next((ln for ln in text.splitlines() if ln.startswith(f"{CH}: ")), "")
+    score, top = got.split(": ", 1)[1].split(" points")[0].split(" / ") if got else ("?", "")
+    assert got and score == top, f"the submitted solution should check at full marks:\n{text}"
+    assert str(home / ".servelab" / "check" / "feedback" / name) in text, f"not graded as {name}:\n{text}"
+    progress = home / ".servelab" / "progress.json"
+    assert progress.is_file() and pwd.getpwuid(progress.stat().st_uid).pw_name == name

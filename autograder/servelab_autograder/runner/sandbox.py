@@ -189,7 +189,11 @@ def kill_user(uid: int) -> int:
 
 
 def course_root() -> Path:
-    """The checkout whose library and check helpers the sandbox shows (this package's)."""
+    """The course whose library and check helpers the sandbox shows: this package's checkout, or $SERVELAB_ROOT when
+    it holds them (a course hub's public copy, hub/install.sh, where the package is installed, not checked out)."""
+    env = Path(os.environ.get("SERVELAB_ROOT") or "/nonexistent")
+    if (env / "lib" / "servelab").is_dir() and (env / "autograder" / "servelab_autograder").is_dir():
+        return env.resolve()
     return Path(__file__).resolve().parents[3]
 
 
