@@ -118,8 +118,8 @@ def _ch12_storm(a: str) -> list[Claim]:
         Claim(a, "cell-35", "refused for good, client full jitter", fj[1], "(full jitter: {})", None, why),
         Claim(a, "cell-35", "completion, header with the server's jitter", jittered[3], "ends at {:.1f} s", None, why),
         Claim(a, "cell-35", "completion, client full jitter", fj[3], "instead\nof {:.1f} s", None, why),
-        Claim(a, "cell-35", "peak retries in 100 ms, header with jitter", jittered[2], "({} retries in the busiest", None,
-              why),
+        Claim(a, "cell-35", "peak retries in 100 ms, header with jitter", jittered[2], "({} retries in the busiest",
+              None, why),
         Claim(a, "cell-35", "peak retries in 100 ms, client full jitter", fj[2], "jitter's {})", None, why),
         # "no row serves a dead token" while none does; the cell states the count otherwise
         Claim(a, "cell-35", "dead tokens over the four rows", dead, "no row serves a dead token" if dead == 0 else

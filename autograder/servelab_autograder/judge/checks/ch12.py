@@ -6,11 +6,12 @@ pitfall atlas of the learner-facing module is made from them. The random ones ar
 What the sandbox's library lacks while this chapter grades (``references``): every function of
 ``servelab.analytic.queueing`` an exercise is, and the three that would answer utilization_limit in a call
 (mg1_mean_wait, wait_quantile, ttft_quantile). The simulator stays (the demos use it; they are not run while grading):
-its ``Backoff`` calls ``queueing.retry_delay`` through the module, so it finds the blocked one too.
+its ``Backoff`` and ``RetryAfter`` call ``queueing.retry_delay`` and ``queueing.retry_after`` through the module, so
+they find the blocked ones too.
 
 The walkthrough's cells that call the references or the simulator (the TTFT curves and their simulation, the limit
-table, the engine's departures, the spike under three rules, the retry storm) are demos. setup_1 (imports and two
-helpers) runs as it is.
+table, the engine's departures, the spike under three rules, the retry storm under four ways of refusing) are demos.
+setup_1 (imports and two helpers) runs as it is.
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ DRILLS = Drills("test_drills", (
           "2 s deadline)", lambda: 12_000 * 2 - 3_000, abs_tol=0.5),
     Drill("drill_5", "longest total backoff over 5 retries, base 0.25 s, cap 1.5 s",
           lambda: sum(queueing.retry_delay(a, 0.25, 1.5) for a in range(5)), abs_tol=0.001),
-    Drill("drill_6", "the Retry-After, before the server's jitter, of a refusal with 90,000 prompt tokens queued, a rule "
-          "admitting again below 30,000 and 16,000 tokens/s of prefill",
+    Drill("drill_6", "the Retry-After, before the server's jitter, of a refusal with 90,000 prompt tokens queued, "
+          "a rule admitting again below 30,000 and 16,000 tokens/s of prefill",
           lambda: queueing.retry_after(90_000, 30_000, 16_000), abs_tol=0.5),
 ), read=lambda value, name: ch12.common.as_float(value, name, ch12.common.short_repr(12, 120), finite=True))
 
