@@ -6,7 +6,8 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
   solution, loses exactly the cells it lists, and names its pitfall on the first line of each;
 - the cases reach what the pitfalls get wrong: variance and none, a target of one prefill, spikes under capacity and
   a base load that fills the server, peaks under the dead line, a request exactly on its deadline, delays past the
-  cap, with and without a generator;
+  cap, with and without a generator; a Retry-After below the line, on a whole second, between two, with the server's
+  jitter and without;
 - the drills name their known-wrong answers; the notebook tags each of its questions on a graded cell.
 """
 
@@ -37,10 +38,10 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     tests = NB.test_cells()
     assert set(CHAPTER.cells) == set(tests)
     assert NB.solution_ids() == ["utilization_limit", "drain_time", "dead_requests", "admit_by_deadline",
-                                 "retry_delay", "drills"]
+                                 "retry_delay", "retry_after", "drills"]
     assert {g: m["points"] for g, m in tests.items()} == {
         "test_utilization_limit": 2, "test_drain_time": 2, "test_dead_requests": 2, "test_admit_by_deadline": 2,
-        "test_retry_delay": 2, "test_drills": 2}
+        "test_retry_delay": 2, "test_retry_after": 2, "test_drills": 2}
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
@@ -79,6 +80,24 @@ def test_the_cases_reach_every_situation_a_pitfall_gets_wrong():
     assert any((b + p) / r == d for b, p, r, d in admits)                 # exactly on the deadline
     retries = CHAPTER.cells["test_retry_delay"].fixed()
     assert any(c[3] is None and c[1] * 2 ** c[0] > c[2] for c in retries) and any(c[3] is not None for c in retries)
+    after = CHAPTER.cells["test_retry_after"].fixed()
+    drain = {c: max(0, c[0] - c[1]) / c[2] for c in after}
+    plain = [c for c in after if c[4] in (None, ch12.DEFAULT)]
+    assert any(drain[c] == 0 for c in plain) and any(0 < drain[c] < 1 for c in plain)       # the minimum, 1 s
+    assert any(drain[c] > 1 and drain[c] == int(drain[c]) for c in plain)                    # a whole number of seconds
+    assert any(drain[c] > 1 and drain[c] != int(drain[c]) for c in plain)                    # between two
+    assert any(c[0] < c[1] for c in after) and any(c[1] == 0 for c in after)                 # below the line; no line
+    jittered = [c for c in after if c[4] not in (None, ch12.DEFAULT) and c[3] not in (0.0, ch12.DEFAULT)]
+    assert any(drain[c] == 0 for c in jittered) and any(drain[c] > 0 for c in jittered)
+    assert any(c[3] == ch12.DEFAULT for c in after) and any(c[4] == ch12.DEFAULT for c in after)
+
+
+def test_the_retry_after_is_whole_seconds_never_before_the_drain_and_within_the_jitter():
+    for c in verdicts.cases(CHAPTER.cells["test_retry_after"], 5):
+        got = _ref("retry_after", c)
+        drain = max(0, c[0] - c[1]) / c[2]
+        jitter = 0.0 if c[4] in (None, ch12.DEFAULT) or c[3] == ch12.DEFAULT else c[3]
+        assert isinstance(got, int) and got >= 1 and drain <= got <= max(1, math.ceil(drain + jitter))
 
 
 def test_the_reference_limit_meets_its_target_and_the_next_step_misses_it():
@@ -97,6 +116,8 @@ def test_the_drills_name_a_known_wrong_answer():
     assert "a log-normal's cv2 is exp(sigma^2) - 1" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_2": 2400 / 40}
     assert "the drain runs at capacity minus the base load" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_6": math.ceil(90_000 / 16_000)}
+    assert "drain to the admission line, not to empty" in grade(ns, cells=["test_drills"])["test_drills"].message
 
 
 def test_no_text_the_learner_sees_cites_a_source_they_do_not_have():

@@ -21,6 +21,7 @@ from servelab.analytic.queueing import (
     dead_requests,
     drain_time,
     mg1_mean_wait,
+    retry_after,
     retry_delay,
     ttft_quantile,
     utilization_limit,
@@ -88,6 +89,22 @@ def test_admission_by_deadline_and_backoff():
     rng = random.Random(0)
     draws = [retry_delay(3, 1.0, 100.0, rng) for _ in range(2000)]
     assert 0 <= min(draws) and max(draws) <= 8.0 and np.mean(draws) == pytest.approx(4.0, rel=0.05)
+
+
+def test_retry_after_rounds_the_drain_to_the_line_up_and_adds_the_servers_jitter():
+    assert retry_after(50_000, 20_000, 12_000) == 3                      # 2.5 s, rounded up
+    assert retry_after(44_000, 20_000, 12_000) == 2                      # exactly 2 s stays 2
+    assert retry_after(10_000, 20_000, 12_000) == retry_after(0, 0, 1.0) == queueing.MIN_RETRY_AFTER_S == 1
+    assert retry_after(50_000, 20_000, 12_000, jitter_s=5.0) == 3        # no generator: no jitter
+    rng = random.Random(0)
+    draws = [retry_after(44_000, 20_000, 12_000, 4.0, rng) for _ in range(2000)]
+    assert set(draws) == {3, 4, 5, 6} and all(isinstance(d, int) for d in draws)
+    assert retry_after(44_000, 20_000, 12_000, 4.0, random.Random(3)) == \
+        math.ceil(2.0 + random.Random(3).uniform(0.0, 4.0))
+    with pytest.raises(ValueError, match="prefill_tokens_per_s"):
+        retry_after(1, 0, 0.0)
+    with pytest.raises(ValueError, match="jitter_s"):
+        retry_after(1, 0, 1.0, -1.0)
 
 
 def test_bad_parameters_are_refused():

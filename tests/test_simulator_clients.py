@@ -23,6 +23,7 @@ from servelab.simulator import (
     MixedBudget,
     QueueCap,
     Requests,
+    RetryAfter,
     burst_arrivals,
     clients,
     fixed_lengths,
@@ -115,6 +116,63 @@ def test_refused_clients_retry_after_their_backoff_together_without_jitter():
     assert no_retry.rejected.sum() == 160 and no_retry.attempts.max() == 1
 
 
+class _Recorded(RetryAfter):
+    """A RetryAfter whose calls and refusals are written down: (now, request id) and (now, id, Retry-After)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "calls", [])
+        object.__setattr__(self, "refusals", [])
+
+    def __call__(self, state, i):
+        self.calls.append((state.now, i))
+        return super().__call__(state, i)
+
+    def seconds(self, state, rng):
+        s = super().seconds(state, rng)
+        self.refusals.append((state.now, self.calls[-1][1], s))
+        return s
+
+
+def _storm(header, backoff=None, honour=True):
+    reqs = _burst(200, 1000, 8)
+    backoff = backoff or Backoff(0.5, 4.0, jitter=False, max_retries=3)
+    return _run(reqs, admission=header, clients=Clients(60.0, retry=backoff, honour_retry_after=honour))
+
+
+def test_a_retry_after_that_never_binds_or_is_not_honoured_leaves_the_clients_as_they_were():
+    backoff = Backoff(1.0, 4.0, jitter=False, max_retries=3)            # every backoff >= the 1 s minimum
+    plain = _storm(QueueCap(40), backoff, honour=False)
+    for header, honour in ((RetryAfter(QueueCap(40), 10**9, 60_000.0), True),        # drains at once: 1 s
+                           (RetryAfter(QueueCap(40), 0, 60_000.0, jitter_s=9.0), False),
+                           (QueueCap(40), True)):                                       # no header at all
+        res = _storm(header, backoff, honour)
+        assert np.array_equal(res.retry_arrival_s, plain.retry_arrival_s)
+        assert np.array_equal(res.step_end_s, plain.step_end_s) and np.array_equal(res.attempts, plain.attempts)
+
+
+def test_retries_never_come_before_their_retry_after_and_without_jitter_they_come_together():
+    for jitter in (0.0, 3.0):
+        rec = _Recorded(QueueCap(40), 39_000, 60_000.0, jitter_s=jitter, seed=2)
+        res = _storm(rec)
+        assert rec.refusals and len(rec.refusals) == res.retry_arrival_s.size
+        seen = {}
+        for t, i in rec.calls:
+            seen.setdefault(i, []).append(t)
+        for t, i, s in rec.refusals:
+            assert isinstance(s, int) and s >= 1
+            later = [u for u in seen[i] if u > t]
+            assert later and later[0] >= t + s                              # the next attempt of i
+        first = [(i, s) for t, i, s in rec.refusals if t == 0.0]            # refused together at the burst
+        assert len(first) == 160
+        if jitter == 0:
+            assert {s for _, s in first} == {1}
+            assert np.count_nonzero(res.retry_arrival_s == 1.0) == 160      # all of them at the same instant
+        else:
+            assert len({s for _, s in first}) == 4                          # spread over whole seconds 1..4
+            assert np.count_nonzero(res.retry_arrival_s == 1.0) < 80
+
+
 def test_bad_parameters_are_refused_with_a_reason():
     with pytest.raises(ValueError, match="deadline_s"):
         Clients(0.0)
@@ -130,3 +188,11 @@ def test_bad_parameters_are_refused_with_a_reason():
         simulate(_burst(4), V1(max_num_batched_tokens=8192), LLAMA3_8B, H100_SXM, clients=Clients(1.0))
     with pytest.raises(ValueError, match="max_waiting"):
         QueueCap(-1)
+    with pytest.raises(ValueError, match="honour_retry_after"):
+        Clients(1.0, honour_retry_after=1)
+    with pytest.raises(ValueError, match="prefill_tokens_per_s"):
+        RetryAfter(QueueCap(4), 100, 0.0)
+    with pytest.raises(ValueError, match="jitter_s"):
+        RetryAfter(QueueCap(4), 100, 1.0, jitter_s=-1.0)
+    with pytest.raises(ValueError, match="admit_line_tokens"):
+        RetryAfter(QueueCap(4), -1, 1.0)

@@ -1,9 +1,10 @@
 """Chapter 12's exercises as the visible tests and the grader both see them (``_grade`` in the notebook).
 
 :data:`SPECS` holds each exercise's parameters, its reference in :mod:`servelab.analytic.queueing`, how its result is
-read (converted to a plain ``float`` or ``bool``, never compared as the learner built it) and shown. ``retry_delay``
-takes a ``random.Random``: a case carries its seed (or None for no jitter) and the driver :func:`drive_retry`
-builds the generator in the learner's kernel; the reference goes through the same driver on the grader's side.
+read (converted to a plain ``float``, ``int`` or ``bool``, never compared as the learner built it) and shown.
+``retry_delay`` and ``retry_after`` take a ``random.Random``: a case carries its seed (or None for no jitter) and the
+drivers :func:`drive_retry` and :func:`drive_retry_after` build the generator in the learner's kernel; the reference
+goes through the same driver on the grader's side.
 
 :func:`diagnose` is a visible assert's message: the input, what came back, what was expected, and the pitfall's
 name on the first line when the chapter's atlas knows what that mistake returns on this input. The hidden cases
@@ -38,6 +39,19 @@ def drive_retry(fn, attempt, base_s, cap_s, seed):
     return fn(attempt, base_s, cap_s, None if seed is None else random.Random(seed))
 
 
+def drive_retry_after(fn, backlog_tokens, admit_line_tokens, prefill_tokens_per_s, jitter_s, seed):
+    """retry_after(backlog, line, rate, jitter_s, rng) with rng = random.Random(seed), or None when seed is None;
+    jitter_s and rng left out where the case says DEFAULT."""
+    rng = {} if seed == DEFAULT else {"rng": None if seed is None else random.Random(seed)}
+    return fn(backlog_tokens, admit_line_tokens, prefill_tokens_per_s, **spec.passed(jitter_s=jitter_s), **rng)
+
+
+def _retry_after_call(a) -> str:
+    rng = "" if a[4] == DEFAULT else ", rng=" + ("None" if a[4] is None else f"random.Random({a[4]!r})")
+    jitter = "" if a[3] == DEFAULT else f", jitter_s={a[3]!r}"
+    return f"retry_after({a[0]!r}, {a[1]!r}, {a[2]!r}{jitter}{rng})"
+
+
 # ------------------------------------------------------------------------------------------------
 # reading what came back
 
@@ -60,6 +74,20 @@ def _bool(raw, args) -> bool:
     if not isinstance(raw, bool):
         raise Shape(f"expected True or False, not {_short.repr(raw)}")
     return raw
+
+
+def _whole_seconds(raw, args) -> int:
+    x = common.as_int(raw, "the Retry-After", "seconds", _short, strict=True)
+    if x < 0:
+        raise Shape(f"a Retry-After is a number of seconds >= 0, not {x}")
+    return x
+
+
+def _retry_after_note(args, got, want) -> str:
+    backlog, line, rate = args[:3]
+    drain = max(0, backlog - line) / rate
+    return f"\n  the backlog drains to the line in {drain:.6g} s" + ("" if args[4] in (None, DEFAULT) else
+                                                                   ", before the server's jitter")
 
 
 def _close(a: float, b: float) -> bool:
@@ -114,9 +142,13 @@ SPECS = {s.name: s for s in [
          driver=f"{__name__}:drive_retry",
          call=lambda a: f"retry_delay(attempt={a[0]!r}, base_s={a[1]!r}, cap_s={a[2]!r}, rng="
                         + ("None)" if a[3] is None else f"random.Random({a[3]!r}))")),
+    Spec("retry_after", ("backlog_tokens", "admit_line_tokens", "prefill_tokens_per_s", "jitter_s", "seed"),
+         queueing.retry_after, _whole_seconds, lambda x: f"{x} s", note=_retry_after_note,
+         driver=f"{__name__}:drive_retry_after", call=_retry_after_call),
 ]}
 
-_DEFAULTS = {"utilization_limit": {"cv2": 0.0, "q": 0.99}, "retry_delay": {"seed": None}}
+_DEFAULTS = {"utilization_limit": {"cv2": 0.0, "q": 0.99}, "retry_delay": {"seed": None},
+             "retry_after": {"jitter_s": 0.0, "seed": None}}
 
 
 def case(name: str, *args, **kwargs) -> tuple:
@@ -127,6 +159,7 @@ def case(name: str, *args, **kwargs) -> tuple:
 
 def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
-    that this input is handled correctly. For ``retry_delay`` pass the generator's seed (or None) in its place.
+    that this input is handled correctly. For ``retry_delay`` and ``retry_after`` pass the generator's seed (or
+    None) in its place.
     Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS)

@@ -2,8 +2,9 @@
 
 The prefill server is an M/G/1 queue: utilization rho = lambda * E[S], the Pollaczek-Khinchine mean wait and an
 exponential wait tail; `utilization_limit` turns a TTFT target into the largest utilization that meets it at a
-quantile. `drain_time`, `dead_requests`, `admit_by_deadline` and `retry_delay` cover spikes, work for clients who
-left, refusal on arrival and the client's backoff. The formulas and where they hold: docs/analytic.md.
+quantile. `drain_time`, `dead_requests`, `admit_by_deadline`, `retry_delay` and `retry_after` cover spikes, work
+for clients who left, refusal on arrival, the client's backoff and the server's Retry-After. The formulas and where
+they hold: docs/analytic.md.
 
 >>> round(utilization_limit(target_s=0.8, service_s=0.1), 3)      # deterministic prefills of 100 ms, p99 TTFT 800 ms
 0.697
@@ -16,8 +17,10 @@ from __future__ import annotations
 import math
 import random
 
-__all__ = ["admit_by_deadline", "dead_requests", "drain_time", "mg1_mean_wait", "retry_delay", "ttft_quantile",
-           "utilization_limit", "wait_quantile"]
+__all__ = ["MIN_RETRY_AFTER_S", "admit_by_deadline", "dead_requests", "drain_time", "mg1_mean_wait", "retry_after",
+           "retry_delay", "ttft_quantile", "utilization_limit", "wait_quantile"]
+
+MIN_RETRY_AFTER_S = 1       # the shortest Retry-After a refusal carries: "come back at once" would bring them all back
 
 
 def _number(name: str, value, low: float = 0.0, high: float | None = None, open_high: bool = False) -> float:
@@ -157,3 +160,25 @@ def retry_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random | 
         raise ValueError(f"attempt must be an int >= 0, got {attempt!r}")
     ceiling = min(_number("cap_s", cap_s), _number("base_s", base_s) * 2.0 ** attempt)
     return ceiling if rng is None else rng.uniform(0.0, ceiling)
+
+
+def retry_after(backlog_tokens: int, admit_line_tokens: int, prefill_tokens_per_s: float, jitter_s: float = 0.0,
+                rng: random.Random | None = None) -> int:
+    """The Retry-After of a 429, in whole seconds: the time the prompt tokens queued now take to drain, at the
+    prefill rate, down to the backlog at which the admission rule admits again, plus (with `rng`) the server's
+    jitter, one draw rng.uniform(0.0, jitter_s), so refused clients are told different times. HTTP's delay-seconds
+    is a non-negative integer (RFC 9110, section 10.2.3): rounded up, and at least MIN_RETRY_AFTER_S (1 s).
+
+    >>> retry_after(50_000, 20_000, prefill_tokens_per_s=12_000)        # 30,000 tokens to drain: 2.5 s
+    3
+    >>> retry_after(10_000, 20_000, 12_000), retry_after(44_000, 20_000, 12_000)    # below the line; exactly 2 s
+    (1, 2)
+    """
+    backlog, line = _number("backlog_tokens", backlog_tokens), _number("admit_line_tokens", admit_line_tokens)
+    rate, jitter_s = _number("prefill_tokens_per_s", prefill_tokens_per_s), _number("jitter_s", jitter_s)
+    if rate == 0:
+        raise ValueError("prefill_tokens_per_s must be > 0")
+    wait = max(0.0, backlog - line) / rate
+    if rng is not None:
+        wait += rng.uniform(0.0, jitter_s)
+    return max(MIN_RETRY_AFTER_S, math.ceil(wait))

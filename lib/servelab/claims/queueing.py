@@ -1,4 +1,4 @@
-"""Chapter 12's numbers: utilization limits, drains, retries."""
+"""Chapter 12's numbers: utilization limits, drains, retries, the storm under four ways of refusing."""
 
 from __future__ import annotations
 
@@ -62,7 +62,68 @@ def ch12() -> list[Claim]:
               "would allow {:.0f}% utilization", None, "a utilization of the queue, not a step"),
         Claim(a, "cell-29", "the p99 TTFT there", queueing.ttft_quantile(0.99, mean_target, 0.1),
               "the p99 TTFT is {:.1f} s", None, "a queueing delay, not a step"),
+        *_ch12_storm(a),
         *_ch12_drills(a),
+    ]
+
+
+_STORM_NAMES = ("client backoff, no jitter", "client backoff, full jitter", "Retry-After, no jitter",
+                "Retry-After + server jitter")
+
+
+def storm_rows() -> dict[str, tuple[int, int, int, float, int]]:
+    """The retry storm of chapter 12 as its cell runs it: 400 prompts of 1,000 tokens at once into QueueCap(50),
+    clients with Backoff(0.5, 8.0, 4 retries) and, in the last two rows, a Retry-After (the line of 49 queued
+    prompts, the prefill rate measured on the storm accepted whole, the server's jitter over 5 s in the last).
+    Per row: retries, refused for good, peak retries in 100 ms, completion time (s), dead tokens."""
+    from servelab.simulator import Backoff, Clients, MixedBudget, QueueCap, Requests, RetryAfter, simulate
+    from servelab.simulator.arrivals import burst_arrivals, fixed_lengths
+
+    storm = Requests(burst_arrivals(400, 400, 1.0), fixed_lengths(400, 1000), fixed_lengths(400, 8))
+    engine = MixedBudget(max_num_batched_tokens=8192)
+    rate = 400 * 1000 / simulate(storm, engine, LLAMA3_8B, H100_SXM).duration_s
+    plain, spread = (Backoff(0.5, 8.0, jitter=j, max_retries=4, seed=1) for j in (False, True))
+    rules = ((QueueCap(50), plain, False), (QueueCap(50), spread, False),
+             (RetryAfter(QueueCap(50), 49_000, rate), plain, True),
+             (RetryAfter(QueueCap(50), 49_000, rate, jitter_s=5.0, seed=1), plain, True))
+    out = {}
+    for name, (rule, backoff, honour) in zip(_STORM_NAMES, rules):
+        res = simulate(storm, engine, LLAMA3_8B, H100_SXM, admission=rule,
+                       clients=Clients(30.0, retry=backoff, honour_retry_after=honour))
+        peak = int(np.histogram(res.retry_arrival_s, bins=np.arange(0.0, 30.0, 0.1))[0].max())
+        out[name] = (int(res.attempts.sum()) - 400, int(res.rejected.sum()), peak, res.duration_s, res.dead_tokens)
+    return out
+
+
+def _ch12_storm(a: str) -> list[Claim]:
+    """The storm's table (cell-27 prints it, each row's figures at their widths) and the sentences after it."""
+    why = "a count of attempts or a time of the whole storm, not a step"
+    rows = storm_rows()
+    out = []
+    for name, (retries, refused, peak, done, dead) in rows.items():
+        out += [Claim(a, "cell-27", f"{name}: retries", retries, f"{name:<29}{{:>8}}", None, why),
+                Claim(a, "cell-27", f"{name}: refused for good", refused, f"{{:>18}}{peak:>24}", None, why),
+                Claim(a, "cell-27", f"{name}: peak retries in 100 ms", peak, f"{{:>24}}{done:>8.1f} s", None, why),
+                Claim(a, "cell-27", f"{name}: done at", done, f"{{:>8.1f}} s{dead:>13,}", None, why),
+                Claim(a, "cell-27", f"{name}: dead tokens", dead, "s{:>13,}", None, why)]
+    _, fj, header, jittered = (rows[n] for n in _STORM_NAMES)
+    dead = sum(r[4] for r in rows.values())
+    return out + [
+        Claim(a, "cell-35", "retries back in the same 100 ms, header without jitter", header[2],
+              "the {} clients refused at once", None, why),
+        Claim(a, "cell-35", "refused for good, header without jitter", header[1], "and {} are refused for good", None,
+              why),
+        Claim(a, "cell-35", "retries, header with the server's jitter", jittered[0], "({:,} against", None, why),
+        Claim(a, "cell-35", "retries, client full jitter", fj[0], "against {:,})", None, why),
+        Claim(a, "cell-35", "refused for good, client full jitter", fj[1], "(full jitter: {})", None, why),
+        Claim(a, "cell-35", "completion, header with the server's jitter", jittered[3], "ends at {:.1f} s", None, why),
+        Claim(a, "cell-35", "completion, client full jitter", fj[3], "instead\nof {:.1f} s", None, why),
+        Claim(a, "cell-35", "peak retries in 100 ms, header with jitter", jittered[2], "({} retries in the busiest",
+              None, why),
+        Claim(a, "cell-35", "peak retries in 100 ms, client full jitter", fj[2], "jitter's {})", None, why),
+        # "no row serves a dead token" while none does; the cell states the count otherwise
+        Claim(a, "cell-35", "dead tokens over the four rows", dead, "no row serves a dead token" if dead == 0 else
+              "{:,} dead tokens", None, why),
     ]
 
 
@@ -78,5 +139,7 @@ def _ch12_drills(a: str) -> list[Claim]:
               why),
         Claim(a, "cell-30", "drill 4", d4, "drill_4 = {:,} tokens", None, why),
         Claim(a, "cell-30", "drill 5", sum(queueing.retry_delay(k, 0.25, 1.5) for k in range(5)), "drill_5 = {:.2f} s",
+              None, why),
+        Claim(a, "cell-30", "drill 6", queueing.retry_after(90_000, 30_000, 16_000), "drill_6 = {} s",
               None, why),
     ]

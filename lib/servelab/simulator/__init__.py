@@ -22,7 +22,7 @@ decide what a step holds; `simulate` takes options for preemption (recompute or 
 
 from __future__ import annotations
 
-from servelab.simulator.admission import Admission, BacklogAdmission, prefill_backlog
+from servelab.simulator.admission import Admission, BacklogAdmission, RetryAfter, prefill_backlog
 from servelab.simulator.arrivals import (
     Requests,
     burst_arrivals,
@@ -54,6 +54,7 @@ __all__ = [
     "Priority",
     "QueueCap",
     "Requests",
+    "RetryAfter",
     "ServingState",
     "SimResult",
     "SpecStats",

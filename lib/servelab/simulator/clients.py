@@ -3,7 +3,8 @@
 `Clients(deadline_s, abandon, retry)` gives every request a client who waits at most `deadline_s` seconds for its
 first token: an admitted request that misses it is served-but-dead work (`SimResult.dead`, `dead_tokens`), a
 waiting one leaves (`abandon`, `SimResult.abandoned`), and a refused one comes back after a `Backoff`.
-`QueueCap(max_waiting)` and `BacklogAdmission` are refusal rules to pair with it. The rules: docs/simulator.md.
+`QueueCap(max_waiting)` and `BacklogAdmission` are refusal rules to pair with it; with `honour_retry_after=True` a
+refused client waits max(its backoff, the Retry-After of a `RetryAfter` rule). The rules: docs/simulator.md.
 
 >>> Backoff(base_s=0.5, cap_s=4.0, jitter=False).delays()
 [0.5, 1.0, 2.0]
@@ -59,16 +60,20 @@ class Backoff:
 @dataclass(frozen=True)
 class Clients:
     """Every request's client: a deadline for the first token, whether the engine learns that it left
-    (`abandon`), and how it retries a refusal (`retry`, None: it does not). The rules: docs/simulator.md."""
+    (`abandon`), how it retries a refusal (`retry`, None: it does not), and whether it waits at least the refusal's
+    Retry-After (`honour_retry_after`: max(backoff, Retry-After); a rule without the header leaves the backoff).
+    The rules: docs/simulator.md."""
 
     deadline_s: float
     abandon: bool = True
     retry: Backoff | None = None
+    honour_retry_after: bool = False
 
     def __post_init__(self):
         _seconds("deadline_s", self.deadline_s, positive=True)
-        if not isinstance(self.abandon, bool):
-            raise ValueError(f"abandon must be True or False, got {self.abandon!r}")
+        for name in ("abandon", "honour_retry_after"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.retry is not None and not isinstance(self.retry, Backoff):
             raise ValueError(f"retry must be a Backoff(base_s, cap_s, ...) or None, got {self.retry!r}")
 

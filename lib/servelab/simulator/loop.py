@@ -12,7 +12,7 @@ import numpy as np
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.simulator import mixed_fast, prefill_fast
-from servelab.simulator.admission import Admission
+from servelab.simulator.admission import Admission, RetryAfter
 from servelab.simulator.arrivals import Requests, _is_int
 from servelab.simulator.clients import Clients, drop_expired
 from servelab.simulator.metrics import SimResult
@@ -58,7 +58,8 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     `clients=Clients(deadline_s, abandon, retry)` puts a client with a first-token deadline behind every request
     (`servelab.simulator.clients`): with `abandon=True` a request still waiting at its deadline leaves the queue;
     an admitted one whose first token comes too late is served-but-dead (`SimResult.dead`, `dead_tokens`); with
-    `retry=Backoff(...)` a request the admission rule refuses arrives again after its backoff delay. Off by
+    `retry=Backoff(...)` a request the admission rule refuses arrives again after its backoff delay, or after the
+    refusal's Retry-After when the rule is a `RetryAfter(...)`, `honour_retry_after=True` and that is later. Off by
     default (every request's client waits for ever and never retries).
 
     A plain `MixedBudget` with none of these options runs in `servelab.simulator.mixed_fast` instead: the same
@@ -128,6 +129,10 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
     retried_at: list[float] = []                       # when each retry arrived, in order
     retry = clients.retry if clients is not None else None
     retry_rng = random.Random(retry.seed) if retry is not None else None
+    # the refusal's Retry-After (servelab.simulator.admission.RetryAfter), for clients that honour it
+    header = admission if retry is not None and clients.honour_retry_after and isinstance(admission, RetryAfter) \
+        else None
+    header_rng = header.rng() if header is not None else None
     deadline_s = clients.deadline_s if clients is not None else math.inf
     expires_s = attempt_s + deadline_s
 
@@ -163,8 +168,12 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                     if admission(state, i):
                         state.waiting.append(i)
                     elif retry is not None and attempts[i] <= retry.max_retries:
-                        # refused (a 429, seen by its client now): it sends it again after its backoff
-                        heapq.heappush(retries, (now + retry.delay(int(attempts[i]) - 1, retry_rng), i))
+                        # refused (a 429, seen by its client now): it sends it again after its backoff, or after
+                        # the Retry-After the refusal carries when that is later and the client honours it
+                        wait = retry.delay(int(attempts[i]) - 1, retry_rng)
+                        if header is not None:
+                            wait = max(wait, header.seconds(state, header_rng))
+                        heapq.heappush(retries, (now + wait, i))
                         attempts[i] += 1
                     else:
                         rejected[i] = finished[i] = True

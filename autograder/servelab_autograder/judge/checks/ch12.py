@@ -6,11 +6,12 @@ pitfall atlas of the learner-facing module is made from them. The random ones ar
 What the sandbox's library lacks while this chapter grades (``references``): every function of
 ``servelab.analytic.queueing`` an exercise is, and the three that would answer utilization_limit in a call
 (mg1_mean_wait, wait_quantile, ttft_quantile). The simulator stays (the demos use it; they are not run while grading):
-its ``Backoff`` calls ``queueing.retry_delay`` through the module, so it finds the blocked one too.
+its ``Backoff`` and ``RetryAfter`` call ``queueing.retry_delay`` and ``queueing.retry_after`` through the module, so
+they find the blocked ones too.
 
 The walkthrough's cells that call the references or the simulator (the TTFT curves and their simulation, the limit
-table, the engine's departures, the spike under three rules, the retry storm) are demos. setup_1 (imports and two
-helpers) runs as it is.
+table, the engine's departures, the spike under three rules, the retry storm under four ways of refusing) are demos.
+setup_1 (imports and two helpers) runs as it is.
 """
 
 from __future__ import annotations
@@ -116,6 +117,33 @@ def _retry_random(rng: random.Random):
                  rng.choice([None, rng.randint(0, 10_000), rng.randint(0, 10_000)])) for _ in range(100)]
 
 
+def _retry_after_fixed():
+    D = ch12.DEFAULT
+    rows = [(50_000, 20_000, 12_000), (44_000, 20_000, 12_000),            # the docstring: 2.5 s -> 3, exactly 2 s
+            (10_000, 20_000, 12_000), (20_000, 20_000, 12_000),            # at or below the line: the minimum, 1 s
+            (20_001, 20_000, 12_000), (50_000, 0, 10_000),                 # a token over it; exactly 5 s to empty
+            (50_000, 20_000, 12_000, 4.0, 1), (44_000, 20_000, 12_000, 4.0, 7),   # the server's jitter
+            (10_000, 20_000, 12_000, 5.0, 3), (3, 5, 2.0, 3.0, 11),        # jitter below the line
+            (0, 0, 1.0, 0.0, 2), (90_000, 30_000, 16_000),                 # a generator and no spread; drill 6
+            (90_000, 30_000, 16_000, 2.0, 5), (36_000, 0, 12_000, 0.5, 4), (150_000, 49_000, 68_000, 5.0, 9),
+            (50_000, 20_000, 12_000, D, D), (50_000, 20_000, 12_000, 4.0, D),   # jitter_s without a generator
+            (10_000, 20_000, 12_000, D, 6)]
+    return [case("retry_after", *row) for row in rows]
+
+
+def _retry_after_random(rng: random.Random):
+    out = []
+    for _ in range(150):
+        rate = rng.choice([2.0, 1_000.0, 12_000.0, 16_000.0, 68_000.0, round(rng.uniform(10, 100_000), 1)])
+        line = rng.choice([0, 20_000, 49_000, rng.randint(0, 200_000)])
+        drain = rng.choice([0, 1, 2, 5, rng.randint(0, 30)]) if rng.random() < 0.4 else rng.uniform(-3, 30)
+        backlog = max(0, line + int(drain * rate))                       # whole seconds past the line, or not
+        jitter = rng.choice([0.0, 0.5, 2.0, 5.0, round(rng.uniform(0, 10), 2)])
+        seed = rng.choice([None, rng.randint(0, 10_000), rng.randint(0, 10_000)])
+        out.append(case("retry_after", backlog, line, rate, jitter, seed))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
@@ -131,6 +159,9 @@ DRILLS = Drills("test_drills", (
           "2 s deadline)", lambda: 12_000 * 2 - 3_000, abs_tol=0.5),
     Drill("drill_5", "longest total backoff over 5 retries, base 0.25 s, cap 1.5 s",
           lambda: sum(queueing.retry_delay(a, 0.25, 1.5) for a in range(5)), abs_tol=0.001),
+    Drill("drill_6", "the Retry-After, before the server's jitter, of a refusal with 90,000 prompt tokens queued, "
+          "a rule admitting again below 30,000 and 16,000 tokens/s of prefill",
+          lambda: queueing.retry_after(90_000, 30_000, 16_000), abs_tol=0.5),
 ), read=lambda value, name: ch12.common.as_float(value, name, ch12.common.short_repr(12, 120), finite=True))
 
 
@@ -140,13 +171,14 @@ CHAPTER = Chapter(
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
     references=tuple(f"servelab.analytic.queueing:{n}" for n in (
         "mg1_mean_wait", "wait_quantile", "ttft_quantile", "utilization_limit", "drain_time", "dead_requests",
-        "admit_by_deadline", "retry_delay")),
+        "admit_by_deadline", "retry_delay", "retry_after")),
     exercises=(
         Exercise(S["utilization_limit"], "test_utilization_limit", fixed=_limit_fixed, random=_limit_random),
         Exercise(S["drain_time"], "test_drain_time", fixed=_drain_fixed, random=_drain_random),
         Exercise(S["dead_requests"], "test_dead_requests", fixed=_dead_fixed, random=_dead_random),
         Exercise(S["admit_by_deadline"], "test_admit_by_deadline", fixed=_admit_fixed, random=_admit_random),
         Exercise(S["retry_delay"], "test_retry_delay", fixed=_retry_fixed, random=_retry_random),
+        Exercise(S["retry_after"], "test_retry_after", fixed=_retry_after_fixed, random=_retry_after_random),
     ),
     drills=DRILLS,
 )
