@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lab_page import JS_CHECK_OUTPUT, JS_RUN_CHECK
 
 pytestmark = pytest.mark.browser
 
@@ -449,21 +450,6 @@ def test_run_all_in_jupyterlab(lab, browser, tmp_path):
         context.close()
 
 
-JS_RUN_CHECK = """async () => {
-  const app = window.jupyterapp, nb = app.shell.currentWidget.content;
-  nb.activeCellIndex = nb.widgets.length - 1;
-  await app.commands.execute('notebook:insert-cell-below');
-  nb.activeCell.model.sharedModel.setSource('%check');
-  await app.commands.execute('notebook:run-cell');
-  return true;
-}"""
-JS_CHECK_OUTPUT = f"""() => {{ {JS_PANEL}
-  const w = panel.content.widgets.find(w => w.model.sharedModel.getSource() === '%check');
-  if (!w) return null;
-  return w.model.outputs.toJSON().map(o => o.output_type === 'stream' ? [].concat(o.text).join('') : '').join('');
-}}"""
-
-
 def test_check_from_inside_the_lab(lab, browser):
     """%check in the learner's notebook saves it (through the app the learner lab exposes) and prints make check's
     report for that chapter, graded outside the kernel, with the progress kept in the server's SERVELAB_STATE."""
@@ -474,7 +460,7 @@ def test_check_from_inside_the_lab(lab, browser):
         page.goto(lab.url(f"/lab/tree/{NOTEBOOK}"), timeout=PAGE_TIMEOUT_S * 1000)
         _wait(page, JS_KERNEL_IDLE, PAGE_TIMEOUT_S, f"the `{KERNEL_NAME}` kernel to start and go idle", lab)
         page.evaluate(JS_RUN_CHECK)
-        _wait(page, f"() => (({JS_CHECK_OUTPUT})() || '').includes('your progress')", RUN_ALL_TIMEOUT_S,
+        _wait(page, f"() => ({JS_CHECK_OUTPUT})().includes('your progress')", RUN_ALL_TIMEOUT_S,
               "%check's report", lab, polling=500)
         text = page.evaluate(JS_CHECK_OUTPUT)
         assert f"saved {Path(NOTEBOOK).name}" in text, f"%check did not save the notebook first:\n{text}"

@@ -42,6 +42,7 @@ CHROMIUM = Path(os.environ.get("SERVELAB_CHROMIUM", "/usr/bin/chromium"))
 CH = "ch01_continuous_batching"
 sys.path.insert(0, str(REPO / "hub"))
 import roster  # noqa: E402
+from lab_page import JS_CHECK_OUTPUT, JS_RUN_CHECK  # noqa: E402
 
 
 def _why_not() -> str | None:
@@ -293,22 +294,6 @@ def test_a_learner_logs_in_through_the_hub_page_into_the_learner_lab(course):
             _check_from_the_lab(page, hub, name)
         finally:
             browser.close()
-
-
-JS_RUN_CHECK = """async () => {
-  const app = window.jupyterapp, nb = app.shell.currentWidget.content;
-  nb.activeCellIndex = nb.widgets.length - 1;
-  await app.commands.execute('notebook:insert-cell-below');
-  nb.activeCell.model.sharedModel.setSource('%check');
-  await app.commands.execute('notebook:run-cell');
-  return true;
-}"""
-JS_CHECK_OUTPUT = """() => {
-  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const w = panel && panel.content && panel.content.widgets.find(w => w.model.sharedModel.getSource() === '%check');
-  if (!w) return '';
-  return w.model.outputs.toJSON().map(o => o.output_type === 'stream' ? [].concat(o.text).join('') : '').join('');
-}"""
 
 
 def _check_from_the_lab(page, hub, name: str) -> None:
