@@ -82,7 +82,9 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # as root, the hub's course environment too: tests/test_hub.py runs a course on it (it skips without root)
 HUB_TEST_DEPS := $(if $(filter 0,$(shell id -u)),hub-deps,)
 test: setup browser-deps sandbox-deps $(HUB_TEST_DEPS)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	@mkdir -p bench/out
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --junitxml=bench/out/pytest.xml $(PYTEST_ARGS)
+	@$(BIN)/python scripts/test_durations.py --top 8
 
 solutions: setup
 	$(BIN)/python -m servelab_autograder.course.execute solutions/*/*.ipynb
