@@ -54,6 +54,8 @@ def ch11() -> list[Claim]:
               _verify(fit[1024], 1024)),
         Claim(a, "cell-03", "verifying sequences that fit at 4096 tokens", fit[4096], "at 4096 only {}.",
               _verify(fit[4096], 4096)),
+        Claim(a, "cell-31", "verifying sequences that fit at 1024 in the visible test", fit[1024],
+              "cache holds only {} verifying", _verify(fit[1024], 1024)),
         Claim(a, "cell-08", "a verification's attention FLOPs per KV byte", per_byte, "= {:.0f} FLOPs per KV byte",
               None, "a ratio of Llama-3-8B's shapes at k = 4, the same at every step"),
         Claim(a, "cell-08", "the H100's FLOPs per byte of HBM", ridge, "H100's {:.0f}.", None,
