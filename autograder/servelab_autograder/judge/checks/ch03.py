@@ -433,7 +433,8 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import (DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B,\n"
             "                                         LLAMA31_8B)\n"
             "from servelab.schedulers.vllm_scheduler import RequestStatus\n",
-    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12"),
+    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12",
+           "setup_13"),
     references=("servelab.analytic.costmodel:max_prefill_chunk", "servelab.analytic.costmodel:max_backlog_tokens",
                 "servelab.simulator.policies:MixedBudget.schedule",
                 "servelab.simulator.policies:MixedBudget._shortest_first",
