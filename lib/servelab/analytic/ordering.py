@@ -17,7 +17,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["aged_priority", "mlfq_entry_level", "mlfq_level", "mlfq_levels", "mlfq_quantum", "predicted_lengths"]
+__all__ = ["aged_priority", "aging_rate_to_overtake", "mlfq_entry_level", "mlfq_level", "mlfq_levels", "mlfq_quantum",
+           "predicted_lengths"]
 
 
 def _count(name: str, value, low: int) -> int:
@@ -80,6 +81,19 @@ def aged_priority(remaining_prompt_tokens, waited_s, aging_rate: float):
     if not isinstance(aging_rate, numbers.Real) or not aging_rate >= 0:
         raise ValueError(f"aging_rate must be a number >= 0 (tokens a second), got {aging_rate!r}")
     return remaining_prompt_tokens - aging_rate * waited_s
+
+
+def aging_rate_to_overtake(prompt_tokens: int, newcomer_tokens: int, wait_s: float) -> float:
+    """The smallest aging rate (tokens a second) at which a prompt of `prompt_tokens` that has waited `wait_s` seconds
+    is ahead of (or ties) a newcomer of `newcomer_tokens` arriving now: (prompt - newcomer) / wait, 0 if it is not
+    longer.
+
+    >>> aging_rate_to_overtake(32768, 256, 8.0)
+    4064.0
+    """
+    if not isinstance(wait_s, numbers.Real) or not wait_s > 0:
+        raise ValueError(f"wait_s must be a number of seconds > 0, got {wait_s!r}")
+    return max(0.0, (prompt_tokens - newcomer_tokens) / wait_s)
 
 
 def predicted_lengths(output_len, sigma: float, seed: int = 0) -> np.ndarray:

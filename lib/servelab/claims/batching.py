@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, ordering
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, LLAMA31_8B
 from servelab.analytic.serving import ServingPoint
 from servelab.claims.core import Claim, full_cache
@@ -108,6 +108,7 @@ def _ch03_drills(a: str) -> list[Claim]:
     d6 = next(n for n in range(1, 1 << 14)
               if costmodel.step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=n).bound == "compute")
     d7 = costmodel.max_decode_batch(costmodel.LLAMA2_7B, H200, 0.012, 2048)
+    d8 = ordering.aging_rate_to_overtake(65536, 512, 4.0)
     return [
         Claim(a, c, "drill 1", d1, "drill_1 = {},", ServingPoint.decode(costmodel.LLAMA2_7B, H100_SXM, d1, 4000)),
         Claim(a, c, "drill 2", d2, "drill_2 = {:.3f} s",
@@ -124,6 +125,8 @@ def _ch03_drills(a: str) -> list[Claim]:
                            prefill_prefix=8000, max_num_batched_tokens=128 + chunk)),
         Claim(a, c, "drill 6", d6, "drill_6 = {} tokens", ServingPoint(LLAMA3_8B, H100_SXM, prefill_chunks=(d6,))),
         Claim(a, c, "drill 7", d7, "drill_7 = {}", ServingPoint.decode(costmodel.LLAMA2_7B, H200, d7, 2048)),
+        Claim(a, c, "drill 8", d8, "drill_8 = {:,.0f} tokens a second", None,
+              "an aging rate, a scheduler's setting: it prices no step"),
     ]
 
 

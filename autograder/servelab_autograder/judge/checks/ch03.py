@@ -402,6 +402,10 @@ _RIDGE_HINT = ("That is the H100's ridge point, a number of FLOPs per byte, not 
                "that do little per token (the embedding table, the LM head), so its FLOPs per byte stay below its "
                "token count.")
 
+_NEWCOMER_HINT = ("A newcomer is not at priority 0: its priority is its own prompt, the tokens it needs, and it has "
+                  "waited no time at all. The long prompt must come down to that, not below zero.")
+_PER_SECOND_HINT = "The rate is in tokens a second: the gap to close is spread over the whole wait."
+
 DRILLS = Drills("test_drills", (
     Drill("drill_1", f"largest decode batch of LLaMA-2-7B on one H100 ({Q1_CONTEXT} tokens of context each, 0.5 ms "
           "overhead) that meets a 12 ms TPOT target",
@@ -430,6 +434,10 @@ DRILLS = Drills("test_drills", (
           "that meets a 12 ms TPOT target", lambda: costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048),
           hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _H100_HINT), (16, _BATCH_HINT),
                  (32, _BATCH_HINT))),
+    Drill("drill_8", "smallest aging rate (tokens a second) at which a 65,536-token prompt that has waited 4 s is "
+          "ahead of a 512-token prompt arriving that moment", lambda: ordering.aging_rate_to_overtake(65536, 512, 4.0),
+          rel_tol=0.001, hints=((65536 / 4.0, _NEWCOMER_HINT), ((65536 + 512) / 4.0, _NEWCOMER_HINT),
+                               (65536 - 512, _PER_SECOND_HINT))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
