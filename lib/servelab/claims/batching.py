@@ -86,6 +86,9 @@ def _ch03_orders(a: str) -> list[Claim]:
             ("aged, the 32K prompt", g[4], "With aging: {:.2f} s"),
             ("SPF TTFT p99", s[1], f"from {{:.2f}} s to {g[1]:.2f} s."), ("aged TTFT p99", g[1], "s to {:.2f} s.")]
     out += [Claim(a, "q8-orders-md", name, v, fmt, None, why) for name, v, fmt in said]
+    overtake = 32768 / 4096.0          # the seconds after which its aged priority is 0, below every newcomer's
+    out.append(Claim(a, "q8-orders-md", "the wait after which the aged 32K prompt leads every newcomer", overtake,
+                     "32768 / 4096 = {:.0f} s the 32K", None, "a wait that follows from the aging rule, no step"))
     return out
 
 
