@@ -29,7 +29,7 @@ import pytest
 from grading_harness import Notebook, Proof, is_test, python_source
 
 from servelab import simulator
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, ordering
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, simulate
@@ -41,7 +41,7 @@ from servelab_autograder.judge.checks import ch03 as table
 ROOT = paths.repo_root()
 A = "ch03_token_budget"
 CHAPTER = table.CHAPTER
-EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "v1_schedule", "max_chunk", "max_backlog")
+EXERCISES = ("kv_bytes_per_token", "step_time", "schedule", "v1_schedule", "max_chunk", "max_backlog", "mlfq_level")
 
 
 NB = Notebook(A, skip=CHAPTER.demos)
@@ -80,7 +80,7 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     ids = {c.meta.get("grade_id") for c in NB.cells}
     assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & tests
     modules = {"servelab.analytic.costmodel": costmodel, "servelab.simulator.policies": simulator.policies,
-               "servelab.schedulers.vllm_scheduler": vllm_scheduler}
+               "servelab.schedulers.vllm_scheduler": vllm_scheduler, "servelab.analytic.ordering": ordering}
     for ref in CHAPTER.references:
         module, name = ref.split(":")
         obj = modules[module]
@@ -93,7 +93,7 @@ def test_the_notebook_follows_the_authoring_conventions():
     NB.assert_servelab_kernel()
     assert {g: m["points"] for g, m in NB.test_cells().items()} == {
         "test_kv_bytes_per_token": 1, "test_step_time": 3, "test_schedule": 3, "test_v1_schedule": 3,
-        "test_max_chunk": 2, "test_max_backlog": 2, "test_drills": 5}
+        "test_max_chunk": 2, "test_max_backlog": 2, "test_mlfq_level": 2, "test_drills": 5}
     for c, meta, source in NB.conventional_code_cells():
         tags = c.get("metadata", {}).get("tags", [])
         if meta.get("solution"):
@@ -284,7 +284,7 @@ def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
     walkthrough_batch = costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048)   # the first claim's
     assert ns["drill_1"] == costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, table.Q1_CONTEXT) < walkthrough_batch
     assert ns["drill_5"] == table.q4_plan()["limit"]
-    assert [d.rel_tol for d in drills] == [0.0, 0.05, 0.03, 0.05, 0.02, 0.0, 0.0]
+    assert [d.rel_tol for d in drills] == [0.0, 0.05, 0.03, 0.05, 0.02, 0.0, 0.0, 0.001]
     assert ns["drill_7"] == costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048) > walkthrough_batch
 
     def drills_message(**answers):
@@ -308,6 +308,8 @@ def test_drills_are_computed_by_the_library_and_wrong_answers_get_hints():
     assert "drill_2 is True" in drills_message(drill_2=True).message
     assert "FLOPs per byte, not of tokens" in drills_message(drill_6=295).message
     assert "That is the batch on the H100" in drills_message(drill_7=walkthrough_batch).message
+    assert "A newcomer is not at priority 0" in drills_message(drill_8=65536 / 4).message
+    assert drills_message(drill_8=16256.0).passed and not drills_message(drill_8=16256.0 * 1.005).passed
     assert drills_message(drill_2=ns["drill_2"] * 1.04, drill_3=ns["drill_3"] * 0.98,
                           drill_4=ns["drill_4"] * 1.04).passed
     # drill_5 is a count of tokens: graded exactly, so one token off is not yet
@@ -413,7 +415,7 @@ sys.path.insert(0, {lib!r})
 import numpy as np
 import servelab
 assert servelab.__file__.startswith({lib!r}), servelab.__file__
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, ordering
 from servelab import simulator
 from servelab_autograder.exercises import probe
 from servelab_autograder import paths

@@ -26,7 +26,7 @@ from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
-from servelab_autograder.exercises import ch03_v1, common, spec
+from servelab_autograder.exercises import ch03_order, ch03_v1, common, spec
 from servelab_autograder.exercises.ch03_v1 import V1_CASES, v1_workload  # noqa: F401 - the notebook's _grade.V1_CASES
 from servelab_autograder.exercises.common import some
 from servelab_autograder.exercises.spec import Shape, Spec
@@ -278,6 +278,7 @@ SPECS = {s.name: s for s in [
     Spec("v1_schedule", ("config", "workload"), vllm_scheduler.Scheduler.schedule, ch03_v1.norm_v1, ch03_v1.show_v1,
          note=ch03_v1.v1_note, driver=f"{ch03_v1.__name__}:drive_v1_schedule", call=ch03_v1.v1_call),
 ]}
+SPECS.update(ch03_order.SPECS)   # mlfq_level: the exercise on the half of a request's work not known on arrival
 
 _DEFAULTS = {"step_time": {"chunks": (), "decodes": (), "overhead_s": OVERHEAD_S},
              "max_chunk": {"prefix": 0, "overhead_s": OVERHEAD_S}}

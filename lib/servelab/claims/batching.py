@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, ordering
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA3_8B, LLAMA31_8B
 from servelab.analytic.serving import ServingPoint
 from servelab.claims.core import Claim, full_cache
@@ -56,7 +56,40 @@ def ch03() -> list[Claim]:
         Claim(a, "1bff8089", "the last full chunk's step beside 64 decoders", last_gap, "to {:.2f} s** (the last full",
               last),
         *_ch03_drills(a),
+        *_ch03_orders(a),
     ]
+
+
+def _ch03_orders(a: str) -> list[Claim]:
+    """The orders of the 500-request workload (the table of cell q8-orders-md and the sentences under it): every
+    number measured over a simulated run of thousands of steps, each table entry anchored on its row."""
+    why = "measured over a simulated run of 500 requests and thousands of steps"
+    table = q8_orders_table()
+    out = []
+    for label, values in table.items():
+        for k, v in enumerate(values):
+            shown = "".join(f"{w:.2f} s | " for w in values[:k])
+            out.append(Claim(a, "q8-orders-md", f"{label}, column {k + 1}", v, f"| {label} | {shown}{{:.2f}} s |",
+                             None, why))
+    f, s, g, m = (table[k] for k in Q8_ORDERS[:4])
+    p = [table[k] for k in Q8_ORDERS[4:]]
+    said = [("FCFS TTFT mean", f[0], f"from {{:.2f}} s to {m[0]:.2f} s: a newcomer"),
+            ("MLFQ TTFT mean", m[0], "s to {:.2f} s: a newcomer"),
+            ("FCFS completion mean", f[2], "Mean completion rises from {:.2f} s"),
+            ("MLFQ completion mean", m[2], "to {:.2f} s: every newcomer"),
+            ("predicted, true lengths", p[0][2], "mean completion {:.2f} s with the true"),
+            ("predicted, sigma 0.5", p[1][2], f"{{:.2f}}, {p[2][2]:.2f} and"),
+            ("predicted, sigma 1", p[2][2], ", {:.2f} and"),
+            ("predicted, sigma 2", p[3][2], "and {:.2f} s at σ 0.5"),
+            ("FCFS completion, again", f[2], "against {:.2f} s for FCFS"),
+            ("SPF, the 32K prompt", s[4], "stream ends: {:.2f} s"),
+            ("aged, the 32K prompt", g[4], "With aging: {:.2f} s"),
+            ("SPF TTFT p99", s[1], f"from {{:.2f}} s to {g[1]:.2f} s."), ("aged TTFT p99", g[1], "s to {:.2f} s.")]
+    out += [Claim(a, "q8-orders-md", name, v, fmt, None, why) for name, v, fmt in said]
+    overtake = 32768 / 4096.0          # the seconds after which its aged priority is 0, below every newcomer's
+    out.append(Claim(a, "q8-orders-md", "the wait after which the aged 32K prompt leads every newcomer", overtake,
+                     "32768 / 4096 = {:.0f} s the 32K", None, "a wait that follows from the aging rule, no step"))
+    return out
 
 
 def _ch03_drills(a: str) -> list[Claim]:
@@ -78,6 +111,7 @@ def _ch03_drills(a: str) -> list[Claim]:
     d6 = next(n for n in range(1, 1 << 14)
               if costmodel.step_cost(LLAMA3_8B, H100_SXM, prefill_tokens=n).bound == "compute")
     d7 = costmodel.max_decode_batch(costmodel.LLAMA2_7B, H200, 0.012, 2048)
+    d8 = ordering.aging_rate_to_overtake(65536, 512, 4.0)
     return [
         Claim(a, c, "drill 1", d1, "drill_1 = {},", ServingPoint.decode(costmodel.LLAMA2_7B, H100_SXM, d1, 4000)),
         Claim(a, c, "drill 2", d2, "drill_2 = {:.3f} s",
@@ -94,4 +128,55 @@ def _ch03_drills(a: str) -> list[Claim]:
                            prefill_prefix=8000, max_num_batched_tokens=128 + chunk)),
         Claim(a, c, "drill 6", d6, "drill_6 = {} tokens", ServingPoint(LLAMA3_8B, H100_SXM, prefill_chunks=(d6,))),
         Claim(a, c, "drill 7", d7, "drill_7 = {}", ServingPoint.decode(costmodel.LLAMA2_7B, H200, d7, 2048)),
+        Claim(a, c, "drill 8", d8, "drill_8 = {:,.0f} tokens a second", None,
+              "an aging rate, a scheduler's setting: it prices no step"),
     ]
+
+
+Q8_ORDERS = ("FCFS", "shortest prompt first", "shortest prompt first, aged", "skip-join MLFQ",
+             "predicted output, error σ 0", "predicted output, error σ 0.5", "predicted output, error σ 1",
+             "predicted output, error σ 2")
+
+
+def q8_orders_table() -> dict[str, tuple[float, ...]]:
+    """Chapter 03's orders on its one workload (the cell after the 32K-prompt answer runs the same): for each order,
+    the 500 requests' TTFT mean and p99, completion mean and p99, and the 32K prompt's TTFT (seconds)."""
+    import numpy as np
+
+    from servelab.analytic import ordering
+    from servelab.simulator import (
+        MixedBudget,
+        Ordered,
+        Requests,
+        Swap,
+        lognormal_lengths,
+        merge_requests,
+        poisson_arrivals,
+        simulate,
+    )
+
+    n = 500
+    bg = Requests(poisson_arrivals(n, 16.0, seed=21), lognormal_lengths(n, 256, 0.8, seed=22, high=4096),
+                  lognormal_lengths(n, 64, 1.5, seed=23, high=4096))
+    reqs, (ids, long) = merge_requests(bg, Requests([10.0], [32768], [64]))
+
+    def guess(sigma):
+        return ordering.predicted_lengths(reqs.output_len, sigma, seed=24)
+
+    policies = [MixedBudget(2048, 16), MixedBudget(2048, 16, prefill_order="shortest_first"),
+                MixedBudget(2048, 16, prefill_order="shortest_first", aging_rate=4096.0),
+                Ordered("mlfq", 2048, 16, first_quantum=4, levels=6, prompt_tokens_per_step=512)]
+    policies += [Ordered("predicted", 2048, 16, predicted_output=guess(s))
+                 for s in (0, 0.5, 1, 2)]
+    out = {}
+    for label, policy in zip(Q8_ORDERS, policies, strict=True):
+        res = simulate(reqs, policy, LLAMA31_8B, H100_SXM, preemption=Swap(host_kv_tokens=1_000_000, block_size=256))
+        ttft, done = res.ttft[ids], (res.finish_s - res.arrival_s)[ids]
+        out[label] = (float(ttft.mean()), float(np.percentile(ttft, 99)), float(done.mean()),
+                      float(np.percentile(done, 99)), float(res.ttft[long][0]))
+    return out
+
+
+def q8_row(label: str, values) -> str:
+    """A row of the markdown table of `q8_orders_table`, as the notebook states it."""
+    return f"| {label} | " + " | ".join(f"{v:.2f} s" for v in values) + " |"

@@ -8,10 +8,10 @@ The loop is an engine's, with the GPU replaced by `servelab.analytic.costmodel`:
     sequences whose KV now covers all their tokens emit one token; finished ones free their KV
 
 Every sequence has `seq_len` tokens and `computed` of them with KV, as in vLLM V1; memory is counted in tokens,
-time in seconds. Policies (`PrefillFirst`, nano-vllm's; `MixedBudget`, decodes first; `V1`, vLLM V1's scheduler)
-decide what a step holds; `simulate` takes options for preemption (recompute or `Swap`), speculative decoding
-(`Speculation`), admission rules (`BacklogAdmission`), clients with deadlines and retries (`Clients`) and tenants
-(`TokenFair`, `Priority`): docs/simulator.md says what each does and which module holds it.
+time in seconds. Policies (`PrefillFirst`, nano-vllm's; `MixedBudget`, decodes first; `V1`, vLLM V1's; `Ordered`,
+a running set re-chosen every step) decide what a step holds; `simulate` takes options for preemption (recompute or
+`Swap`), speculative decoding (`Speculation`), admission rules (`BacklogAdmission`), clients with deadlines and retries
+(`Clients`) and tenants (`TokenFair`, `Priority`): docs/simulator.md says what each does and which module holds it.
 
 >>> from servelab.analytic.costmodel import LLAMA3_8B, H100_SXM
 >>> reqs = Requests(poisson_arrivals(200, rate=5.0, seed=1), fixed_lengths(200, 512), fixed_lengths(200, 64))
@@ -37,6 +37,7 @@ from servelab.simulator.clients import Backoff, Clients, QueueCap
 from servelab.simulator.fair import Priority, TokenFair
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
+from servelab.simulator.ordered import Ordered
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
 from servelab.simulator.speculative import SpecStats, Speculation
@@ -49,6 +50,7 @@ __all__ = [
     "Backoff",
     "Clients",
     "MixedBudget",
+    "Ordered",
     "Policy",
     "PrefillFirst",
     "Priority",

@@ -110,7 +110,7 @@ def simulate(requests: Requests, policy: Policy, model: ModelSpec, gpu: GPUSpec,
                                                    overhead_s)
 
     prompt, output, arrival = requests.prompt_len, requests.output_len, requests.arrival_s
-    state = ServingState(prompt, output, int(kv_capacity_tokens), swap, model)
+    state = ServingState(prompt, output, int(kv_capacity_tokens), swap, model, arrival)
     token_offset = np.concatenate([[0], np.cumsum(output)[:-1]]).astype(np.int64)
     # token k of request i goes to token_offset[i] + k, and k = seq_len - prompt_len before the emission
     token_slot_base = token_offset - prompt

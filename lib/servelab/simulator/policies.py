@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,17 +102,29 @@ class MixedBudget:
     prompt length is known on arrival, so this is shortest-remaining-work-first on the half of a
     request's work that is known; decodes, whose length is not known, still all run every step. A
     waiting request that cannot be admitted (KV, running cap) stops admission, as under FCFS.
+
+    `aging_rate` (tokens a second, shortest_first only) ages that order: a prompt's key becomes the tokens it
+    still needs minus aging_rate x the seconds since it arrived (`servelab.analytic.ordering.aged_priority`), so
+    a long prompt behind a steady stream of short ones is served within about its length / aging_rate seconds
+    instead of never. 0 (the default) is plain shortest-first.
     """
 
     max_num_batched_tokens: int = 2048
     max_num_seqs: int = 256
     prefill_order: str = "fcfs"
+    aging_rate: float = 0.0
     name: str = field(default="mixed-budget", compare=False)
 
     def __post_init__(self):
         _check_limits("MixedBudget", self.max_num_batched_tokens, self.max_num_seqs)
         if self.prefill_order not in _PREFILL_ORDERS:
             raise ValueError(f"MixedBudget: prefill_order must be one of {_PREFILL_ORDERS}, got {self.prefill_order!r}")
+        a = self.aging_rate
+        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not 0 <= a < math.inf:
+            raise ValueError(f"MixedBudget: aging_rate must be a finite number >= 0 (tokens a second), got {a!r}")
+        if a and self.prefill_order != "shortest_first":
+            raise ValueError("MixedBudget: aging_rate ages the shortest_first order; with prefill_order='fcfs' "
+                             "every request is served in arrival order already")
 
     def schedule(self, state: ServingState) -> tuple[np.ndarray, np.ndarray]:
         # 1. decodes: the running sequences whose last sampled token has no KV slot yet
@@ -157,15 +171,21 @@ class MixedBudget:
         return _with_admitted(state, running, tokens, new_ids, new_tokens)
 
     def _shortest_first(self, state, running, remaining, tokens, budget):
-        # candidates: (prompt tokens still to compute, request id, position in running or -1 if waiting)
+        # candidates: (key, request id, position in running or -1 if waiting, prompt tokens still to compute);
+        # the key is those tokens, less aging_rate x the seconds waited when aging is on
         cands = [(int(remaining[j]), int(running[j]), j) for j in (remaining > 1).nonzero()[0]]
         if not state.preempted_this_step:
             cands += [(int(state.seq_len[i] - state.computed[i]), int(i), -1) for i in state.waiting]
+        if self.aging_rate:
+            rate, now, arrival = self.aging_rate, state.now, state.arrival_s
+            cands = [(need - rate * (now - arrival[i]), i, j, need) for need, i, j in cands]
+        else:
+            cands = [(need, i, j, need) for need, i, j in cands]
         cands.sort()
         new_ids, new_tokens = [], []
         cap = min(self.max_num_seqs, self.max_num_batched_tokens)
         admitting = True
-        for need, i, j in cands:
+        for _, i, j, need in cands:
             if budget == 0:
                 break
             if j >= 0:                                   # running, part-prefilled: its 1 token is counted

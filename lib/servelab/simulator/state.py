@@ -13,17 +13,20 @@ class ServingState:
     Per-request counters are numpy arrays indexed by request id: `seq_len` (prompt + tokens generated so
     far), `computed` (leading tokens with KV), `reserved` (KV slots held). `waiting` is a deque of ids,
     FCFS (under PrefillFirst its head may be part-prefilled); `running` is an int array of ids in
-    admission order. A running sequence holds `reserved == seq_len` while its prompt is being prefilled
-    and `reserved == seq_len - 1` between decodes: the token it sampled last has no KV yet.
+    admission order; `arrival_s` each request's arrival (zeros unless the loop passes them). A running
+    sequence holds `reserved == seq_len` while its prompt is being prefilled and `reserved == seq_len - 1`
+    between decodes: the token it sampled last has no KV yet.
 
     Under swap preemption (`swap`, a `preemption.Swap`, priced for `model`) a waiting sequence may hold KV on
     the host (`host_held > 0`, its `computed` kept); `admit` copies it back, and the copy time of the step's
     swaps accumulates in `step_swap_s`, which the loop adds to the step and resets.
     """
 
-    def __init__(self, prompt_len: np.ndarray, output_len: np.ndarray, kv_capacity: int, swap=None, model=None):
+    def __init__(self, prompt_len: np.ndarray, output_len: np.ndarray, kv_capacity: int, swap=None, model=None,
+                 arrival_s: np.ndarray | None = None):
         n = prompt_len.size
         self.prompt_len, self.output_len = prompt_len, output_len
+        self.arrival_s = np.zeros(n) if arrival_s is None else arrival_s     # what an aging rule counts from
         self.seq_len = prompt_len.copy()
         self.computed = np.zeros(n, dtype=np.int64)
         self.reserved = np.zeros(n, dtype=np.int64)

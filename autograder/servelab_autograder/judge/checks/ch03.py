@@ -33,6 +33,8 @@ What the sandbox's library lacks while this chapter grades (``references``), and
   predicate with the decodes and the prefix is the exercise, and where its pitfalls are.
 - max_backlog: ``costmodel.max_backlog_tokens`` is blocked; nothing else in the library computes the limit
   (``BacklogAdmission`` is handed it). The drills' solution works drill 5 by hand for that reason.
+- mlfq_level: ``ordering.mlfq_level``, ``mlfq_entry_level`` (its first half) and ``mlfq_levels`` (the same rule on
+  arrays, which ``Ordered("mlfq")`` sorts with) are blocked; ``mlfq_quantum`` stays (one shift).
 
 The walkthrough's cells that run the simulator (every one of them schedules with ``MixedBudget``, or shows the
 learner's policy beside it) are demos: not run while grading. setup_1 (imports), setup_3 and setup_4 (the
@@ -45,7 +47,7 @@ import functools
 import math
 import random
 
-from servelab.analytic import costmodel
+from servelab.analytic import costmodel, ordering
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch03, ch03_v1, common, spec
@@ -266,6 +268,53 @@ def _backlog_random(rng: random.Random):
 
 
 # ------------------------------------------------------------------------------------------------
+# exercise 7: the skip-join MLFQ level
+
+
+MLFQ_FIXED = (
+    # first, one case that sets the pitfalls apart: each one's first failing case is where it is named, and
+    # here the mistakes that a later case confuses give answers of their own
+    (18, 53, 4, 6),
+    # the docstring's and the visible asserts': quanta 4, 8, 16, 32, 64, 128 over 6 levels
+    (5, 8, 4, 6), (5, 9, 4, 6), (5, 24, 4, 6), (5, 25, 4, 6),
+    (3, 3, 4, 6), (4, 4, 4, 6), (5, 5, 4, 6), (64, 64, 4, 6), (65, 65, 4, 6), (1000, 1000, 4, 6),
+    (1, 4, 4, 6), (1, 5, 4, 6), (1, 12, 4, 6), (1, 13, 4, 6), (1, 28, 4, 6), (1, 29, 4, 6),
+    (1, 10**6, 4, 6), (500, 10**6, 4, 1),
+    # every edge of the entry: a first iteration of 0, of a quantum exactly and one more, past the last level's
+    (0, 0, 4, 6), (8, 8, 4, 6), (9, 9, 4, 6), (128, 128, 4, 6), (129, 129, 4, 6), (129, 10**6, 4, 6),
+    # every edge of the demotions from level 2 (joined with a 16-unit prefill): 16, 16 + 32, + 64, + 128
+    (16, 16, 4, 6), (16, 17, 4, 6), (16, 48, 4, 6), (16, 49, 4, 6), (16, 112, 4, 6), (16, 113, 4, 6),
+    (16, 240, 4, 6), (16, 241, 4, 6),
+    # one level: everyone is at level 0; two levels: one demotion; first_quantum 1
+    (0, 0, 1, 1), (3, 3, 1, 2), (1, 1, 1, 2), (1, 2, 1, 2), (2, 2, 1, 2), (0, 7, 1, 4), (0, 8, 1, 4),
+    # the chapter's simulation: a 32K prompt is 64 steps of prefill; 512 tokens is one
+    (64, 64, 4, 6), (64, 200, 4, 6), (1, 60, 4, 6), (1, 61, 4, 6), (1, 124, 4, 6), (1, 125, 4, 6),
+    # a large first quantum: a long prompt still joins level 0
+    (1000, 1000, 1024, 8), (1000, 1024, 1024, 8), (1000, 1025, 1024, 8), (1025, 1025, 1024, 8),
+    # many levels: the quanta go past 2**40
+    (1, 2**45, 1, 50), (2**40, 2**40, 1, 50), (2**40 + 1, 2**41, 1, 50),
+    # past a thousand levels: neither loop may stop at a count (a first iteration one unit past a quantum: walking
+    # down from a level too high up would stop a level short)
+    (2**40 + 1, 2**40 + 1, 1, 50), (2**1050 + 1, 2**1050 + 1, 1, 1100), (2**1050, 2**1050, 1, 1100),
+    (1, 2**1100, 1, 1200),
+)
+
+
+def _mlfq_random(rng: random.Random):
+    out = []
+    for _ in range(300):           # first iterations and service on every side of every boundary
+        q, levels = rng.choice([1, 2, 3, 4, 8, 16, 64, rng.randint(1, 500)]), rng.randint(1, 12)
+        k = rng.randint(0, levels)
+        first = max(0, (q << k) + rng.choice([-1, 0, 0, 1, rng.randint(-q, q)]))
+        entry = ordering.mlfq_entry_level(first, q, levels)
+        j = rng.randint(entry, levels)
+        edge = q * ((2 << j) - (1 << entry))                 # the quanta of levels entry..j together
+        attained = max(first, edge + rng.choice([-1, 0, 0, 1, rng.randint(-edge, edge)]))
+        out.append((first, attained, q, levels))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
 
@@ -353,6 +402,10 @@ _RIDGE_HINT = ("That is the H100's ridge point, a number of FLOPs per byte, not 
                "that do little per token (the embedding table, the LM head), so its FLOPs per byte stay below its "
                "token count.")
 
+_NEWCOMER_HINT = ("A newcomer is not at priority 0: its priority is its own prompt, the tokens it needs, and it has "
+                  "waited no time at all. The long prompt must come down to that, not below zero.")
+_PER_SECOND_HINT = "The rate is in tokens a second: the gap to close is spread over the whole wait."
+
 DRILLS = Drills("test_drills", (
     Drill("drill_1", f"largest decode batch of LLaMA-2-7B on one H100 ({Q1_CONTEXT} tokens of context each, 0.5 ms "
           "overhead) that meets a 12 ms TPOT target",
@@ -381,6 +434,10 @@ DRILLS = Drills("test_drills", (
           "that meets a 12 ms TPOT target", lambda: costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048),
           hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _H100_HINT), (16, _BATCH_HINT),
                  (32, _BATCH_HINT))),
+    Drill("drill_8", "smallest aging rate (tokens a second) at which a 65,536-token prompt that has waited 4 s is "
+          "ahead of a 512-token prompt arriving that moment", lambda: ordering.aging_rate_to_overtake(65536, 512, 4.0),
+          rel_tol=0.001, hints=((65536 / 4.0, _NEWCOMER_HINT), ((65536 + 512) / 4.0, _NEWCOMER_HINT),
+                               (65536 - 512, _PER_SECOND_HINT))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
@@ -433,11 +490,13 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import (DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B,\n"
             "                                         LLAMA31_8B)\n"
             "from servelab.schedulers.vllm_scheduler import RequestStatus\n",
-    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12"),
+    demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12",
+           "setup_13"),
     references=("servelab.analytic.costmodel:max_prefill_chunk", "servelab.analytic.costmodel:max_backlog_tokens",
                 "servelab.simulator.policies:MixedBudget.schedule",
                 "servelab.simulator.policies:MixedBudget._shortest_first",
-                "servelab.schedulers.vllm_scheduler:Scheduler.schedule"),
+                "servelab.schedulers.vllm_scheduler:Scheduler.schedule", "servelab.analytic.ordering:mlfq_level",
+                "servelab.analytic.ordering:mlfq_entry_level", "servelab.analytic.ordering:mlfq_levels"),
     exercises=(
         Exercise(S["kv_bytes_per_token"], "test_kv_bytes_per_token", fixed=_kv_fixed, random=_kv_random),
         Exercise(S["step_time"], "test_step_time", fixed=_step_fixed, random=_step_random),
@@ -446,6 +505,7 @@ CHAPTER = Chapter(
                  random=_v1_random),
         Exercise(S["max_chunk"], "test_max_chunk", fixed=_chunk_fixed, random=_chunk_random),
         Exercise(S["max_backlog"], "test_max_backlog", fixed=lambda: list(BACKLOG_FIXED), random=_backlog_random),
+        Exercise(S["mlfq_level"], "test_mlfq_level", fixed=lambda: list(MLFQ_FIXED), random=_mlfq_random),
     ),
     drills=DRILLS,
 )
