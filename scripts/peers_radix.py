@@ -1,4 +1,4 @@
-"""servelab's RadixCache against SGLang 0.5.23's real RadixCache: CPU time on six workloads, results compared.
+"""servelab's RadixCache against SGLang 0.5.23's real RadixCache: CPU time on eight workloads, results compared.
 
     python scripts/peers_radix.py              # the wheel in ~/.cache/servelab-peers/ (pip download if missing)
     python scripts/peers_radix.py --peer sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl --repeats 5
@@ -14,6 +14,7 @@ request evicts down to a capacity):
   W1  one shared 2000-token prompt + 1000 private suffixes of 50-500 tokens,
   W2  200 conversations x 5 turns, each turn's key = the previous turn's key + 30-150 new tokens (interleaved),
   W3  random short keys over a vocabulary of 4 token ids (heavy splitting),
+  W4  one shared 16,000-token prompt + 300 private suffixes of 50-500 tokens (a long system prompt or document),
 and a row for evict(1) on a tree of 100k leaves (ms per call).
 Each side gets its inputs in its own form, built before the clock starts: servelab tuples of ints (what its tree
 keeps), SGLang array('q') token ids (what its Req holds) and int64 tensors of KV indices (a req_to_token row); the
@@ -50,11 +51,20 @@ RADIX_SHA256 = "eea7015fcf678167ac7296b08c8dc568ccbe42a4bb106da23b33a7c59debec01
 # workloads: one list of requests (key, value) and a capacity; the same for both sides
 
 
-def w1_shared_prompt(rng: random.Random, quick: bool) -> tuple[list, int]:
-    prompt = [rng.randrange(32000) for _ in range(2000)]
-    n = 60 if quick else 1000
+def shared_prompt(rng: random.Random, prompt_len: int, n: int, capacity: int) -> tuple[list, int]:
+    """n requests: one shared prompt of prompt_len tokens + a private suffix of 50-500 tokens each."""
+    prompt = [rng.randrange(32000) for _ in range(prompt_len)]
     keys = [prompt + [rng.randrange(32000) for _ in range(rng.randrange(50, 501))] for _ in range(n)]
-    return keys, 30_000
+    return keys, capacity
+
+
+def w1_shared_prompt(rng: random.Random, quick: bool) -> tuple[list, int]:
+    return shared_prompt(rng, 2000, 60 if quick else 1000, 30_000)
+
+
+def w4_long_shared_prompt(rng: random.Random, quick: bool) -> tuple[list, int]:
+    # fewer requests than W1: each key is 8x longer (the figure is per workload, not per token)
+    return shared_prompt(rng, 16_000, 20 if quick else 300, 60_000)
 
 
 def w2_multi_turn(rng: random.Random, quick: bool) -> tuple[list, int]:
@@ -312,7 +322,8 @@ def measure(peer: str | None, repeats: int = 5, quick: bool = False, fetch: bool
     rows = []
     for name, make in (("W1 shared 2000-token prompt", lambda rng, ps: w1_shared_prompt(rng, quick)),
                        ("W2 multi-turn chats", lambda rng, ps: w2_multi_turn(rng, quick)),
-                       ("W3 random short keys, 4 tokens", lambda rng, ps: w3_random_short(rng, quick, ps))):
+                       ("W3 random short keys, 4 tokens", lambda rng, ps: w3_random_short(rng, quick, ps)),
+                       ("W4 shared 16000-token prompt", lambda rng, ps: w4_long_shared_prompt(rng, quick))):
         for ps in (1, 16):
             keys, capacity = make(random.Random(17 * ps + len(name)), ps)
             requests = with_values(keys)

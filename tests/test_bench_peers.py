@@ -29,7 +29,7 @@ def test_without_peers_it_prints_servelabs_figures_alone_and_says_so(capsys, mon
     out = capsys.readouterr().out
     assert "SGLang: none" in out and "nano-vllm: none given" in out, out
     rows = [line for line in out.splitlines() if line.startswith("| radix |") or line.startswith("| scheduler |")]
-    assert len(rows) == 7 + 6 and all("| - |" in line for line in rows), rows
+    assert len(rows) == 9 + 6 and all("| - |" in line for line in rows), rows
     assert not (tmp_path / "results.md").exists()   # --quick is never recorded
 
 

@@ -21,12 +21,12 @@ bench = _script()
 
 def test_measure_without_a_peer_gives_servelab_alone():
     rows = bench.measure(None, repeats=1, quick=True)
-    assert len(rows) == 7
+    assert len(rows) == 9
     for r in rows:
         assert set(r) == {"workload", "servelab_s", "peer_s", "ratio", "agree", "note"}
         assert r["servelab_s"] >= 0 and r["peer_s"] is None and r["ratio"] is None and r["agree"] is None
         assert "no peer" in r["note"]
-    assert [r["workload"][:2] for r in rows] == ["W1", "W1", "W2", "W2", "W3", "W3", "ev"]
+    assert [r["workload"][:2] for r in rows] == ["W1", "W1", "W2", "W2", "W3", "W3", "W4", "W4", "ev"]
 
 
 def test_a_missing_wheel_is_said_and_servelab_measured_alone(tmp_path):
