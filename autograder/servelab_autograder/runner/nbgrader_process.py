@@ -22,6 +22,9 @@ from servelab_autograder.runner import procs
 # locating things
 
 
+STUBS = Path(__file__).resolve().parents[2] / "stubs"   # autograder/stubs in a checkout
+
+
 def venv_path_env() -> dict[str, str]:
     """os.environ with this interpreter's bin/ first on PATH: nbgrader shells out to `alembic`
     when it creates a gradebook, and finds kernels and tools there."""
@@ -29,6 +32,9 @@ def venv_path_env() -> dict[str, str]:
     bindir = os.path.dirname(sys.executable)
     parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir]
     env["PATH"] = os.pathsep.join([bindir, *parts])
+    if STUBS.is_dir():   # children (nbgrader's alembic among them) skip jsonschema's IRI grammar, as this process does
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(STUBS)]
+        env["PYTHONPATH"] = os.pathsep.join([str(STUBS), *paths])
     return env
 
 
