@@ -7,7 +7,8 @@ For each chapter (default: every chapter under course/) this grades a copy of
 path as ``make autograde`` (``servelab_autograder.runner.grade``: your kernel runs in a sandbox, the verdicts are
 made outside it, limits in CPU time). Your notebook is never changed. Unsaved edits are not seen: save in
 JupyterLab first, or run ``%check`` in the notebook (``servelab_autograder.exercises.magic``), which saves it and
-runs this. On a course hub it grades as the hub user (``--student``) and keeps the progress in ``~/.servelab``.
+runs this. On a course hub it grades as the hub user (``--student``'s default); ``%check`` there also keeps the
+progress in ``~/.servelab`` (``--state``).
 
 It prints, per exercise, the points and what lost them (the pitfall your code matches, or the first
 wrong case), a drill as right or "not yet" (never its answer), and one line per chapter. Your progress

@@ -24,20 +24,14 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
+from servelab_autograder.runner.nbgrader_process import venv_path_env
+
 KERNEL = "servelab"
 CELL_TIMEOUT = 600
 
 # Cell metadata written by execution front ends that changes on every run.
 VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "papermill", "scrolled_state")
 VOLATILE_NB_METADATA = ("papermill", "widgets", "toc-autonumbering")
-
-
-def _venv_path_env() -> None:
-    """Put this interpreter's bin/ first on PATH (kernels and nbgrader's alembic live there)."""
-    bindir = os.path.dirname(sys.executable)
-    parts = os.environ.get("PATH", "").split(os.pathsep)
-    if parts[:1] != [bindir]:
-        os.environ["PATH"] = os.pathsep.join([bindir, *[p for p in parts if p != bindir]])
 
 
 def cell_label(cell, index: int) -> str:
@@ -153,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="per-cell limit in seconds")
     parser.add_argument("--kernel", default=KERNEL, help="kernel name (default: servelab)")
     args = parser.parse_args(argv)
-    _venv_path_env()
+    os.environ.update(venv_path_env())   # kernels and nbgrader's alembic live in this interpreter's bin/
 
     failed = 0
     for nb_path in args.notebooks:

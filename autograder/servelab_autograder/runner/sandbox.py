@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab_autograder import paths
 from servelab_autograder.runner.limits import Limits
 
 USER_PREFIX = "servelab-sandbox-"
@@ -191,9 +192,9 @@ def kill_user(uid: int) -> int:
 def course_root() -> Path:
     """The course whose library and check helpers the sandbox shows: this package's checkout, or $SERVELAB_ROOT when
     it holds them (a course hub's public copy, hub/install.sh, where the package is installed, not checked out)."""
-    env = Path(os.environ.get("SERVELAB_ROOT") or "/nonexistent")
-    if (env / "lib" / "servelab").is_dir() and (env / "autograder" / "servelab_autograder").is_dir():
-        return env.resolve()
+    root = paths.repo_root()
+    if (root / "lib" / "servelab").is_dir() and (root / "autograder" / "servelab_autograder").is_dir():
+        return root
     return Path(__file__).resolve().parents[3]
 
 
