@@ -124,11 +124,14 @@ def measure_server(chapters: list[str]) -> tuple[int, dict[str, int]]:
     env = {"PATH": f"{PREFIX}/venv/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "JUPYTER_CONFIG_PATH": f"{PREFIX}/lab/learner", "SERVELAB_ROOT": f"{PREFIX}/root"}
     runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-    server = subprocess.Popen([runuser, "-u", USER, "--", f"{PREFIX}/venv/bin/jupyter-lab", "--no-browser",
+    log = open(home.parent / f"{home.name}.log", "w")
+    # runuser sets HOME to the account's own: `env -i` gives the server this scratch home instead
+    server = subprocess.Popen([runuser, "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                               f"{PREFIX}/venv/bin/jupyter-lab", "--no-browser",
                                f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
                                f"--ServerApp.root_dir={home}",
                                f"--LabApp.app_settings_dir={PREFIX}/lab/learner/settings"],
-                              env=env, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=home, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
@@ -136,7 +139,11 @@ def measure_server(chapters: list[str]) -> tuple[int, dict[str, int]]:
                 api(base, token, "GET", "/api/status")
                 break
             except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError(f"the learner's server exited: see {log.name}") from None
                 time.sleep(0.5)
+        else:
+            raise RuntimeError(f"the learner's server did not answer in 2 minutes: see {log.name}")
         time.sleep(5)                                   # let its start-up settle
         idle = pss_kib(server.pid)
         kernels = {}
@@ -148,10 +155,15 @@ def measure_server(chapters: list[str]) -> tuple[int, dict[str, int]]:
             api(base, token, "DELETE", f"/api/kernels/{kernel['id']}")
             time.sleep(1)
             print(f"  kernel after {chapter}'s first cell: {kernels[chapter] / 1024:.0f} MiB ({ended})", flush=True)
+        Path(log.name).unlink(missing_ok=True)
         return idle, kernels
+    except Exception:
+        print(f"the learner server's log is kept: {log.name}", file=sys.stderr)
+        raise
     finally:
         server.terminate()
         server.wait(30)
+        log.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
