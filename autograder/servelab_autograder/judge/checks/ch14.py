@@ -98,7 +98,10 @@ def _break_even_fixed():
             case("break_even_bandwidth", M, G, 4000, 0.0005, True),   # shorter than a layer: the last layer sets it
             case("break_even_bandwidth", M, G, 8000, 0.015, True), case("break_even_bandwidth", M, G, 1, 0.001, True),
             case("break_even_bandwidth", LLAMA2_7B, H200, 2000, 0.005, True),
-            case("break_even_bandwidth", LLAMA2_7B, G, 4000, 0.3, False)]
+            case("break_even_bandwidth", LLAMA2_7B, G, 4000, 0.3, False),
+            # small answers with a fractional part, for each branch and each term of the max
+            case("break_even_bandwidth", M, G, 1, 0.3, False), case("break_even_bandwidth", M, G, 1, 0.00007, True),
+            case("break_even_bandwidth", M, G, 4000, 0.0007, True)]
 
 
 def _break_even_random(rng: random.Random):
@@ -121,7 +124,12 @@ def _pools_fixed():
             case("pd_pools", M, G, 40.0, 8000, 1024, 1.0, 0.050, 50e9),     # the KV cache binds
             case("pd_pools", M, G, 1.0, 500, 64, 1.0, 0.020, 50e9),         # one of each
             case("pd_pools", LLAMA2_7B, H200, 20.0, 2000, 512, 0.5, 0.040, 5e9),
-            case("pd_pools", M, G, 100.0, 1000, 256, 0.2, 0.012, 450e9)]
+            case("pd_pools", M, G, 100.0, 1000, 256, 0.2, 0.012, 450e9),
+            case("pd_pools", M, G, 10000.0, 8000, 256, 0.5, 0.030, 50e9),   # a fleet of thousands: search on
+            # each target met exactly ("at most"): the TTFT, the TPOT, the KV (a rate tuned to the last bit)
+            case("pd_pools", M, G, 100.0, 4000, 256, dg.split_ttft(M, G, 100.0 / 8, 4000, 50e9), 0.012, 50e9),
+            case("pd_pools", M, G, 100.0, 4000, 256, 0.2, dg.decode_tpot(M, G, 100.0 / 8, 4000, 256)[0], 50e9),
+            case("pd_pools", M, G, 18.575473748998935, 4000, 256, 0.5, 0.030, 50e9)]
 
 
 def _pools_random(rng: random.Random):
