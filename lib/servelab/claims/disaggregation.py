@@ -128,6 +128,10 @@ def _pools() -> list[Claim]:
         Claim(A, "cell-19", "1,000-token prompts: split GPUs", s1000, "against {}), ties", None, why),
         Claim(A, "cell-19", "at 20 ms: split GPUs", s20, "20 ms ({} GPUs", None, why),
         Claim(A, "cell-19", "at 20 ms: mixed GPUs", m20, "GPUs against {})", None, why),
+        Claim(A, "cell-19", "the P:D ratio", n_p // math.gcd(n_p, n_d), f"ratio of {{}}:{n_d // math.gcd(n_p, n_d)}",
+              None, why),
+        Claim(A, "cell-23", "DistServe's attainment share", 0.9, "a share of requests ({:.0%})", None,
+              "DistServe's SLO attainment target, quoted from the paper (OSDI '24) as the cell says"),
     ]
 
 

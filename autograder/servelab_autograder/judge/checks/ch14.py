@@ -94,7 +94,8 @@ def _transfer_random(rng: random.Random):
 
 
 def _break_even_fixed():
-    return [case("break_even_bandwidth", M, G, 4000, 0.020, False), case("break_even_bandwidth", M, G, 4000, 0.020, True),
+    return [case("break_even_bandwidth", M, G, 4000, 0.020, False),
+            case("break_even_bandwidth", M, G, 4000, 0.020, True),
             case("break_even_bandwidth", M, G, 4000, 0.0005, True),   # shorter than a layer: the last layer sets it
             case("break_even_bandwidth", M, G, 8000, 0.015, True), case("break_even_bandwidth", M, G, 1, 0.001, True),
             case("break_even_bandwidth", LLAMA2_7B, H200, 2000, 0.005, True),
