@@ -47,7 +47,7 @@ def _prefill_pool(requests: Requests, model, gpu, pg, gpus, link_bandwidth, laye
         if p not in prices:
             prices[p] = (costmodel.step_time(model, gpu, prefill_tokens=p, overhead_s=overhead_s),
                          disaggregation.kv_transfer_bytes(model, p) / link_bandwidth,
-                         disaggregation.exposed_transfer_s(model, gpu, p, link_bandwidth, layerwise))
+                         disaggregation._exposed_s(model, gpu, p, link_bandwidth, layerwise))
         service, whole, exposed = prices[p]
         g = pg[i]
         end = max(free[g], requests.arrival_s[i]) + service
