@@ -42,7 +42,7 @@ def test_cache_aware_rule():
     assert pick([100, 40], [90, 0], 100, [5, 9]) == 0          # 100 < 40 x 1.5: balanced, the match wins
     assert pick([70, 5], [90, 0], 100, [5, 9]) == 1            # 65 > 64 and 70 > 7.5: imbalanced
     assert pick([69, 5], [90, 0], 100, [5, 9]) == 0            # 64 is not above 64: balanced
-    assert pick([0, 0], [30, 0], 100, [5, 9]) == 1             # 0.3 is not above 0.3: the smallest tree
+    assert pick([0, 0], [30, 0], 100, [9, 5]) == 1             # 0.3 is not above 0.3: the smallest tree
     assert pick([0, 0], [0, 0], 0, [9, 5]) == 1                # an empty request matches nothing
     assert pick([0, 0], [31, 0], 100, [5, 9]) == 0
 
@@ -83,7 +83,7 @@ def test_the_simulated_hit_rate_is_the_closed_form_within_5_percent():
 
 
 def test_the_balance_threshold_caps_a_hot_prefix_and_a_resize_keeps_affinity():
-    reqs = routing.shared_prompt_workload(300, num_groups=8, system_len=4000, user_len=1000, output_len=256,
+    reqs = routing.shared_prompt_workload(400, num_groups=8, system_len=4000, user_len=1000, output_len=256,
                                           rate=60.0, seed=1, hot=0.8)
     hot = simulate_replicas(reqs, CacheAware(balance_abs_threshold=math.inf), LLAMA31_8B, H100_SXM, num_replicas=4)
     fixed = simulate_replicas(reqs, CacheAware(), LLAMA31_8B, H100_SXM, num_replicas=4)
