@@ -3,9 +3,10 @@
 A request (`servelab.analytic.routing.Request`: arrival, prompt and output token ids) is routed once, on arrival,
 from the loads the router counts (each replica's outstanding requests: routed, not finished). A replica steps on
 its own clock: every running sequence decodes one token, and waiting prompts are admitted first come first served
-into the token budget, each prefilled whole in one step over its cached prefix (`RadixCache.match_prefix`; at least
-one token is computed). The step is priced by `costmodel.step_time`. A prompt enters the cache when its prefill
-ends, prompt and output when the request finishes; past `kv_capacity_tokens` the cache evicts LRU leaves.
+into the token budget and the KV a running sequence reserves (prompt + output), each prefilled whole in one step over
+its cached prefix (`RadixCache.match_prefix`; at least one token is computed); `costmodel.step_time` prices the step.
+A prompt enters the cache when its prefill ends, prompt and output when the request finishes; the cache keeps what
+the running sequences leave of `kv_capacity_tokens`, evicting LRU leaves.
 
 Routers: `RoundRobin`, `LeastOutstanding`, `PrefixHash` (modulo, ring or bounded loads on a prefix's hash) and
 `CacheAware` (SGLang's rule over a tree per replica of what it was sent). `resize=(time_s, n)` changes the number of
@@ -33,7 +34,8 @@ from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab.analytic.serving import ServingPoint
 from servelab.schedulers.radix_cache import RadixCache
 
-__all__ = ["CacheAware", "LeastOutstanding", "PrefixHash", "ReplicaResult", "RoundRobin", "simulate_replicas"]
+__all__ = ["CacheAware", "LeastOutstanding", "PrefixHash", "ReplicaResult", "RoundRobin", "compare_routers", "simulate_replicas",
+           "standard_routers"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,9 +108,15 @@ class CacheAware:
         self.sizes = self.sizes[:n] + [0] * (n - len(self.sizes))
 
     def pick(self, prompt, loads) -> int:
-        key = tuple(prompt)
+        key, loads = tuple(prompt), list(loads)
         matches = [len(t.match_prefix(key)[0]) for t in self.trees]
-        w = routing.cache_aware_pick(list(loads), matches, len(key), self.sizes, *self.knobs)
+        w = routing.cache_aware_pick(loads, matches, len(key), self.sizes, *self.knobs)
+        threshold, absolute, relative = self.knobs
+        rate = max(matches) / len(key) if key else 0.0
+        imbalanced = max(loads) - min(loads) > absolute and max(loads) > min(loads) * relative
+        # why: which of the three rules chose, the best match rate, the match length of each replica
+        self.last = ("shortest queue" if imbalanced else "cache match" if rate > threshold else "smallest tree",
+                     rate, matches)
         self.sizes[w] += len(key) - self.trees[w].insert(key, key)
         return w
 
@@ -149,6 +157,7 @@ class _Replica:
         self.cache = RadixCache()
         self.waiting: deque[int] = deque()
         self.running: list[list[int]] = []     # [request, context tokens, tokens generated]
+        self.reserved = 0                       # KV tokens the running sequences will hold at their end
         self.busy_until = math.inf
         self.prefilled: list[int] = []
         self.outstanding = 0
@@ -160,8 +169,14 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
                       kv_capacity_tokens: int | None = None, max_num_batched_tokens: int = 8192,
                       max_num_seqs: int = 256, resize: tuple[float, int] | None = None) -> ReplicaResult:
     """Run `requests` (sorted by arrival) through `router` over replicas of `model` on `gpu`."""
-    cap = costmodel.kv_capacity_tokens(model, gpu) if kv_capacity_tokens is None else kv_capacity_tokens
+    cap = (costmodel.kv_capacity_tokens(model, gpu, max_num_batched_tokens=max_num_batched_tokens,
+                                        max_num_seqs=max_num_seqs)
+           if kv_capacity_tokens is None else kv_capacity_tokens)
     n_req = len(requests)
+    for q in requests:
+        if len(q[1]) + max_num_seqs > max_num_batched_tokens or len(q[1]) + len(q[2]) > cap:
+            raise ValueError(f"a prompt of {len(q[1])} tokens (+{len(q[2])} out) does not fit one step beside "
+                             f"{max_num_seqs} decodes or the KV cache: chunked prefill is not modelled here")
     reps = [_Replica() for _ in range(max(num_replicas, resize[1] if resize else 0))]
     visible = num_replicas
     router.resize(visible)
@@ -181,10 +196,15 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
         while r.waiting and len(r.running) + len(r.prefilled) < max_num_seqs:
             i = r.waiting[0]
             prompt = requests[i][1]
+            need = len(prompt) + len(requests[i][2])
+            if r.reserved + need > cap:
+                break
+            trim(r, need)                      # the cache gives up what this sequence will hold, then is matched
             hit = min(len(r.cache.match_prefix(prompt)[0]), len(prompt) - 1)
             if r.prefilled and sum(chunks) + len(prompt) - hit > room:
                 break
             r.waiting.popleft()
+            r.reserved += need
             cached[i] = hit
             chunks.append(len(prompt) - hit)
             prefixes.append(hit)
@@ -201,11 +221,19 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
                                         prefill_prefix=tuple(prefixes), resident_tokens=resident,
                                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens))
 
-    def remember(r: _Replica, tokens: tuple) -> None:
-        r.cache.insert(tokens, tokens)
-        excess = r.cache.evictable_size() - cap
+    def trim(r: _Replica, more: int = 0) -> None:
+        excess = r.cache.evictable_size() - (cap - r.reserved - more)
         if excess > 0:
             r.cache.evict(excess)
+
+    def remember(r: _Replica, tokens: tuple) -> None:
+        r.cache.insert(tokens, tokens)
+        trim(r)
+
+    def done(r: _Replica, i: int, t: float) -> None:
+        r.reserved -= len(requests[i][1]) + len(requests[i][2])
+        remember(r, requests[i][1] + requests[i][2])
+        account(r, t, -1)
 
     def finish_step(r: _Replica, t: float) -> None:
         still = []
@@ -214,16 +242,14 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
             s[2] += 1
             i = s[0]
             if s[2] >= len(requests[i][2]):
-                remember(r, requests[i][1] + requests[i][2])
-                account(r, t, -1)
+                done(r, i, t)
             else:
                 still.append(s)
         for i in r.prefilled:
             ttft[i] = t - requests[i][0]
             remember(r, requests[i][1])
             if len(requests[i][2]) <= 1:
-                remember(r, requests[i][1] + requests[i][2])
-                account(r, t, -1)
+                done(r, i, t)
             else:
                 still.append([i, len(requests[i][1]), 1])
         r.running, r.prefilled = still, []
@@ -258,3 +284,16 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
                          prompt_tokens=np.array([len(q[1]) for q in requests]),
                          mean_outstanding=np.array([r.area / span for r in reps[:max(visible, num_replicas)]]),
                          served=np.bincount(where, minlength=len(reps)), largest_step=largest[1])
+
+
+def standard_routers(*, prefix_tokens: int = 256, vnodes: int = 64, load_factor: float = 1.25) -> list:
+    """The chapter's six routers, fresh: round-robin, least outstanding, hash mod n, consistent hash, bounded
+    loads, cache-aware (SGLang's launcher defaults)."""
+    return [RoundRobin(), LeastOutstanding(), PrefixHash(prefix_tokens=prefix_tokens),
+            PrefixHash(prefix_tokens=prefix_tokens, vnodes=vnodes),
+            PrefixHash(prefix_tokens=prefix_tokens, vnodes=vnodes, load_factor=load_factor), CacheAware()]
+
+
+def compare_routers(requests, routers, model: ModelSpec, gpu: GPUSpec, **knobs) -> dict[str, ReplicaResult]:
+    """router name -> its run of `requests` (`simulate_replicas` with the same knobs for each)."""
+    return {r.name: simulate_replicas(requests, r, model, gpu, **knobs) for r in routers}
