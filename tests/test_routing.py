@@ -14,6 +14,16 @@ from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
 from servelab.simulator.replicas import CacheAware, LeastOutstanding, PrefixHash, RoundRobin, simulate_replicas
 
 
+def test_the_step_is_priced_as_costmodel_prices_it():
+    from servelab.analytic import costmodel
+    from servelab.simulator.replicas import step_seconds
+
+    for chunks, prefixes, contexts in (([5000], [0], []), ([1000, 300], [4000, 0], [2000] * 7), ([], [], [900, 1])):
+        want = costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=chunks, decode_context_lens=contexts,
+                                   prefill_context=prefixes if chunks else 0)
+        assert step_seconds(LLAMA31_8B, H100_SXM, chunks, prefixes, contexts) == pytest.approx(want, rel=1e-12)
+
+
 def test_ring_owner_is_the_first_point_clockwise_and_wraps():
     ring = [(10, 0), (20, 1), (30, 2)]
     assert [routing.ring_owner(ring, h) for h in (0, 10, 11, 20, 30, 31)] == [0, 0, 1, 1, 2, 0]

@@ -87,6 +87,7 @@ SETTINGS = {  # a chapter whose random cases are reference runs proves one seed,
     "ch11_speculative_decoding": Settings(skip_demos=True),
     "ch12_queueing_and_overload": Settings(skip_demos=True, reference_seeds=CLOSED_FORMS),
     "ch13_fairness_and_priority": Settings(reference_seeds=CLOSED_FORMS),
+    "ch15_routing_across_replicas": Settings(reference_seeds=CLOSED_FORMS),
 }
 
 
@@ -211,3 +212,7 @@ class TestCh12(ChapterProofs):
 
 class TestCh13(ChapterProofs):
     assignment = "ch13_fairness_and_priority"
+
+
+class TestCh15(ChapterProofs):
+    assignment = "ch15_routing_across_replicas"

@@ -34,8 +34,8 @@ from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab.analytic.serving import ServingPoint
 from servelab.schedulers.radix_cache import RadixCache
 
-__all__ = ["CacheAware", "LeastOutstanding", "PrefixHash", "ReplicaResult", "RoundRobin", "compare_routers", "simulate_replicas",
-           "standard_routers"]
+__all__ = ["CacheAware", "LeastOutstanding", "PrefixHash", "ReplicaResult", "RoundRobin", "compare_routers", "report",
+           "simulate_replicas", "standard_routers"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -152,6 +152,15 @@ class ReplicaResult:
         return float(np.percentile(self.ttft, q))
 
 
+def step_seconds(model: ModelSpec, gpu: GPUSpec, chunks, prefixes, contexts) -> float:
+    """`costmodel.step_time` of prefill `chunks` over their cached `prefixes` and decodes at `contexts`, from the
+    four totals it reduces them to (`costmodel.roofline_s`, the simulator's pricing), in Python ints."""
+    pairs = sum(c * p + c * (c + 1) // 2 for c, p in zip(chunks, prefixes)) + sum(contexts) + len(contexts)
+    seqs = len(chunks) + len(contexts)
+    return costmodel.roofline_s(model, gpu, sum(chunks) + len(contexts), seqs, pairs,
+                                sum(prefixes) + sum(contexts)) + costmodel.DEFAULT_STEP_OVERHEAD_S
+
+
 class _Replica:
     def __init__(self):
         self.cache = RadixCache()
@@ -212,8 +221,7 @@ def simulate_replicas(requests, router, model: ModelSpec, gpu: GPUSpec, *, num_r
         if not contexts and not chunks:
             r.busy_until = math.inf
             return
-        r.busy_until = t + costmodel.step_time(model, gpu, prefill_tokens=chunks, decode_context_lens=contexts,
-                                               prefill_context=prefixes if chunks else 0)
+        r.busy_until = t + step_seconds(model, gpu, chunks, prefixes, contexts)
         kv = sum(contexts) + sum(chunks) + sum(prefixes)
         if largest is None or kv > largest[0]:
             resident = max(0, r.cache.evictable_size() - kv)
@@ -297,3 +305,13 @@ def standard_routers(*, prefix_tokens: int = 256, vnodes: int = 64, load_factor:
 def compare_routers(requests, routers, model: ModelSpec, gpu: GPUSpec, **knobs) -> dict[str, ReplicaResult]:
     """router name -> its run of `requests` (`simulate_replicas` with the same knobs for each)."""
     return {r.name: simulate_replicas(requests, r, model, gpu, **knobs) for r in routers}
+
+
+def report(runs: dict[str, ReplicaResult]) -> str:
+    """One line a router: hit rate, load imbalance (max / mean of the time-averaged outstanding requests), mean and
+    p90 TTFT, and the requests each replica served."""
+    lines = [f"{'router':24} {'hit rate':>8} {'imbalance':>9} {'mean TTFT':>11} {'p90 TTFT':>11}  requests per replica"]
+    for name, r in runs.items():
+        lines.append(f"{name:24} {r.hit_rate:8.1%} {r.imbalance:9.2f} {r.ttft.mean() * 1e3:8.1f} ms "
+                     f"{r.ttft_percentile(90) * 1e3:8.1f} ms  {[int(x) for x in r.served]}")
+    return "\n".join(lines)
