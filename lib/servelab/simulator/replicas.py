@@ -8,9 +8,8 @@ its cached prefix (`RadixCache.match_prefix`; at least one token is computed); `
 A prompt enters the cache when its prefill ends, prompt and output when the request finishes; the cache keeps what
 the running sequences leave of `kv_capacity_tokens`, evicting LRU leaves.
 
-Routers: `RoundRobin`, `LeastOutstanding`, `PrefixHash` (modulo, ring or bounded loads on a prefix's hash) and
-`CacheAware` (SGLang's rule over a tree per replica of what it was sent). `resize=(time_s, n)` changes the number of
-replicas the router sees at that time (a new one starts with an empty cache; a dropped one finishes its work).
+Routers: `RoundRobin`, `LeastOutstanding`, `PrefixHash` (modulo, ring or bounded loads on a prefix's hash),
+`CacheAware` (SGLang's rule, a tree per replica). `resize=(time_s, n)`: from then the router sees n replicas.
 
 >>> from servelab.analytic.costmodel import LLAMA31_8B, H100_SXM
 >>> from servelab.analytic.routing import shared_prompt_workload
