@@ -77,6 +77,15 @@ def _pick_note(args, got, want) -> str:
             f"{max(matches)} of {n} tokens ({rate:.3g}; cache threshold {args[4]})")
 
 
+def drive_pick(fn, loads, match_lens, text_len, tree_sizes, cache_threshold, balance_abs_threshold,
+               balance_rel_threshold):
+    """cache_aware_pick on copies of the lists, each threshold passed only when the case gives one (a threshold
+    left at ``spec.DEFAULT`` grades the function's own default, SGLang's launcher's)."""
+    knobs = spec.passed(cache_threshold=cache_threshold, balance_abs_threshold=balance_abs_threshold,
+                        balance_rel_threshold=balance_rel_threshold)
+    return fn(list(loads), list(match_lens), text_len, list(tree_sizes), **knobs)
+
+
 SPECS = {s.name: s for s in [
     Spec("ring_owner", ("ring", "key_hash"), routing.ring_owner, _worker, _show_worker, show_args={"ring": _ring},
          note=_ring_note),
@@ -84,7 +93,7 @@ SPECS = {s.name: s for s in [
          show_args={"ring": _ring}, note=_cap_note),
     Spec("cache_aware_pick", ("loads", "match_lens", "text_len", "tree_sizes", "cache_threshold",
                               "balance_abs_threshold", "balance_rel_threshold"), routing.cache_aware_pick, _worker,
-         _show_worker, note=_pick_note),
+         _show_worker, note=_pick_note, driver=f"{__name__}:drive_pick"),
     Spec("keys_kept", ("n_before", "n_after", "scheme"), routing.keys_kept, _fraction, lambda x: f"{x:.6g}", _close),
 ]}
 

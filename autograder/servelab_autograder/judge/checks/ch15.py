@@ -88,7 +88,9 @@ def _bounded_fixed():
             case("bounded_owner", R3, 25, [0, 0, 9], 2.0),  # the walk wraps to the first worker
             case("bounded_owner", [(10, 0), (20, 1), (30, 0), (40, 1)], 15, [5, 5], 1.25),
             case("bounded_owner", routing.build_ring(4, 8), routing.stable_hash("k"), [7, 7, 7, 0], 1.0),
-            case("bounded_owner", [(10, 0)], 50, [9], 1.0)]
+            case("bounded_owner", [(10, 0)], 50, [9], 1.0),
+            # a walk past 1,100 points of a full worker: the walk goes round the whole ring if it must
+            case("bounded_owner", [(p, 0) for p in range(1100)] + [(1100, 1)], 0, [5, 0], 1.0)]
 
 
 def _bounded_random(rng: random.Random):
@@ -121,7 +123,23 @@ def _pick_fixed():
             case("cache_aware_pick", [3, 1, 1], [0, 0, 0], 10, [4, 4, 4]),        # tie: the first smallest tree
             case("cache_aware_pick", [200, 0, 0], [90, 0, 0], 100, [5, 9, 1]),    # the first least loaded
             case("cache_aware_pick", [40, 20], [100, 0], 100, [5, 5], balance_abs_threshold=16,
-                 balance_rel_threshold=1.1)]
+                 balance_rel_threshold=1.1),
+            case("cache_aware_pick", [300, 200], [90, 0], 100, [1, 9]),      # 300 is not above 200 x 1.5
+            case("cache_aware_pick", [280, 200], [90, 0], 100, [1, 9]),      # 80 apart, but 280 < 200 x 1.5
+            *_defaults()]
+
+
+def _defaults():
+    """Cases that leave the thresholds out: the function's own defaults (0.3, 64, 1.5) are graded on them."""
+    d = ch15.spec.DEFAULT
+    return [(loads, matches, 100, sizes, d, d, d) for loads, matches, sizes in (
+        ([50, 60], [50, 0], [900, 500]),      # 0.5 is above 0.3
+        ([50, 60], [0, 0], [900, 500]),       # 0 is not
+        ([70, 5], [90, 0], [1, 9]),           # 65 apart: above 64
+        ([69, 5], [90, 0], [1, 9]),           # 64 apart: not above
+        ([180, 100], [90, 0], [1, 9]),        # 1.8x: above 1.5
+        ([280, 200], [90, 0], [1, 9]),        # 1.4x: not above
+        ([300, 200], [90, 0], [1, 9]))]       # 1.5x exactly: not above
 
 
 def _pick_random(rng: random.Random):
