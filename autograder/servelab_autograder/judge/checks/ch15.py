@@ -180,8 +180,8 @@ def _kept_random(rng: random.Random):
 
 
 def _d3() -> float:
-    return (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=5000)
-            - costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=1000, prefill_context=4000)) * 1e3
+    return (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=8000)
+            - costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=1000, prefill_context=7000)) * 1e3
 
 
 DRILLS = Drills("test_drills", (
@@ -191,14 +191,14 @@ DRILLS = Drills("test_drills", (
     Drill("drill_2", "the bounded-load cap with load factor 1.25, 16 replicas, 64 requests outstanding",
           lambda: math.ceil(1.25 * (64 + 1) / 16),
           hints=((math.ceil(1.25 * 64 / 16), _pitfall("cap_without_the_key")),)),
-    Drill("drill_3", "ms of prefill a cached 4,000-token system prompt saves on a 5,000-token prompt", _d3,
+    Drill("drill_3", "ms of prefill a cached 7,000-token prefix saves on an 8,000-token prompt", _d3,
           rel_tol=0.01,
           hints=((_d3() / 1e3, "That is the time in seconds: the drill asks for milliseconds."),
-                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=5000) * 1e3,
+                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=8000) * 1e3,
                   _pitfall("drills_whole_prompt")))),
-    Drill("drill_4", "round-robin's hit rate over 4 replicas, 400 requests, 8 prompts of 4,000 + 1,000 tokens",
-          lambda: routing.shared_prefix_hit_rate(400, 8, 4, 4000, 1000), rel_tol=0.002,
-          hints=((routing.shared_prefix_hit_rate(400, 8, 1, 4000, 1000),
+    Drill("drill_4", "round-robin's hit rate over 6 replicas, 600 requests, 12 prompts of 3,000 + 500 tokens",
+          lambda: routing.shared_prefix_hit_rate(600, 12, 6, 3000, 500), rel_tol=0.002,
+          hints=((routing.shared_prefix_hit_rate(600, 12, 1, 3000, 500),
                   "That is the hit rate when each prompt misses once in all: round-robin sends it to every "
                   "replica, and each replica misses it once."),)),
 ), read=lambda value, name: ch15.common.as_float(value, name, ch15.common.short_repr(12, 120), finite=True))
