@@ -128,6 +128,8 @@ def ch15() -> list[Claim]:
         Claim(A, "cell-27", "drill 4", d4, "drill_4 = {:.4f}", None, "a closed-form hit rate, no step"),
         Claim(A, "cell-26", "prefill a 4K hit saves, ms", saved_ms(), "saves {:.0f} ms of prefill",
               ServingPoint(M, G, prefill_chunks=(5000,))),
+        Claim(A, "cell-26", "share of traffic on the hot prefix in the interview", HOT, "With {:.0%} of the traffic",
+              None, "a workload parameter"),
         Claim(A, "cell-26", "hot-prefix TTFT without balance in the interview, s", float(nb.ttft.mean()),
               "mean TTFT of {:.1f} s", nb.largest_step),
         Claim(A, "cell-26", "and with the thresholds, ms", float(ca.ttft.mean()) * 1e3, "and {:.0f} ms with",
