@@ -13,7 +13,8 @@ GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup lab lab-instructor check test release release-if-stale solutions autograde lint bench browser-deps \
-        sandbox-deps clean mutants hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde
+        sandbox-deps clean mutants similarity hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde \
+        hub-similarity hub-backup hub-restore
 
 # The environment: a venv with the package (editable), its pinned dependencies and the `servelab` kernel.
 $(STAMP): pyproject.toml
@@ -97,6 +98,12 @@ autograde: setup
 	$(BIN)/python -m servelab_autograder.runner.grade $(SUBMISSIONS) $(if $(DASK),--dask $(DASK)) \
 	  $(if $(WORKERS),--jobs $(WORKERS)) $(GRADE_ARGS)
 
+# How alike a chapter's submissions are, pairwise and against the solution and the library (copydetect): an HTML
+# report for the instructor, autograder/runs/similarity/<chapter>.html
+similarity: setup
+	@test -n "$(CH)" || { echo "name the chapter: make similarity CH=ch12"; exit 2; }
+	$(BIN)/python -m servelab_autograder.course.similarity $(CH) --submitted $(SUBMISSIONS)
+
 # A course for many learners on this server (as root): JupyterHub on 127.0.0.1:$(HUB_PORT) with PAM logins, each
 # learner's lab run as that Linux user from the course environment in $(HUB_PREFIX), nbgrader's exchange in
 # $(HUB_EXCHANGE). Accounts come from a CSV roster (hub/roster.py); the instructor's steps are hub/course.py's.
@@ -121,6 +128,20 @@ hub-roster: hub-deps
 hub-release hub-collect hub-feedback: hub-deps
 	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }
 	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(HUB_PY) hub/course.py $(@:hub-%=%) $(CH) $(COURSE_ARGS)
+
+hub-similarity: setup
+	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(BIN)/python hub/course.py similarity $(CH) $(COURSE_ARGS)
+
+# everything a course needs to go on elsewhere: accounts and password hashes, each instructor's course folder and
+# gradebook, nbgrader's exchange (hub/backup.py); root only
+hub-backup: hub-deps
+	@test -n "$(TO)" || { echo "name the file: make hub-backup TO=course.tar.gz"; exit 2; }
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(HUB_PY) hub/backup.py backup $(TO)
+
+hub-restore: hub-deps
+	@test -n "$(FROM)" || { echo "name the file: make hub-restore FROM=course.tar.gz"; exit 2; }
+	SERVELAB_HUB_PREFIX=$(HUB_PREFIX) $(HUB_PY) hub/backup.py restore $(FROM)
 
 hub-autograde: setup sandbox-deps
 	@test -n "$(CH)" || { echo "name the chapter: make $@ CH=ch01_continuous_batching"; exit 2; }

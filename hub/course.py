@@ -5,6 +5,7 @@ sandboxed grading, which needs root for its sandbox users):
     python hub/course.py collect  CH   # nbgrader collect: the learners' submissions into ~/servelab-course/submitted
     python hub/course.py autograde CH [--workers N | --dask ADDRESS]   # the sandboxed grader, on Dask with N workers
     python hub/course.py feedback CH   # nbgrader release_feedback: each learner's page into the exchange
+    python hub/course.py similarity CH # how alike the collected submissions are: ~/servelab-course/similarity/CH.html
 
 `make hub-release CH=...` and its siblings call these. The course folder is the instructor's ~/servelab-course
 (hub/roster.py makes it); `--instructor NAME` picks one when the group servelab-instructors has several.
@@ -56,7 +57,7 @@ def nbgrader(user: str, course: Path, *argv: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=("release", "collect", "autograde", "feedback"))
+    parser.add_argument("step", choices=("release", "collect", "autograde", "feedback", "similarity"))
     parser.add_argument("chapter", help="e.g. ch01_continuous_batching")
     parser.add_argument("--instructor", default=None)
     parser.add_argument("--workers", type=int, default=None, help="grade on a Dask LocalCluster of N workers")
@@ -82,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         return nbgrader(user, course, "collect", ch, "--update")
     if args.step == "feedback":
         return nbgrader(user, course, "release_feedback", ch)
+    if args.step == "similarity":
+        report = course / "similarity" / f"{ch}.html"
+        done = subprocess.run([sys.executable, "-m", "servelab_autograder.course.similarity", ch, "--submitted",
+                               str(course / "submitted"), "--out", str(report)], cwd=REPO)
+        if report.parent.exists():
+            chown_tree(report.parent, user)
+        return done.returncode
     # autograde: everything collected, what was graded before and has not changed is kept (--resume)
     cmd = [sys.executable, "-m", "servelab_autograder.runner.grade", str(course / "submitted"), "--out", str(course),
            "--resume"]

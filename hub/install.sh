@@ -16,6 +16,7 @@ done
 [ -n "$PYTHON" ] || { echo "no Python 3.11 that every user can run (set HUB_PYTHON=/path/to/python3.11)" >&2; exit 2; }
 CHP_VERSION=5.3.0          # configurable-http-proxy, from npm
 JUPYTERHUB_VERSION=6.1.1
+CULLER_VERSION=2.0.0       # jupyterhub-idle-culler, the hub service that stops idle servers
 
 [ "$(id -u)" = 0 ] || { echo "make hub needs root: it installs into $PREFIX and its users' servers run as them" >&2; exit 2; }
 command -v npm >/dev/null || { echo "make hub needs Node.js and npm for configurable-http-proxy (apt-get install nodejs npm)" >&2; exit 2; }
@@ -28,10 +29,11 @@ mkdir -p "$PREFIX"
 # would compile its imports again (about 5 s each)
 stamp="$PREFIX/.installed"
 if [ -x "$PREFIX/venv/bin/python" ] && ! runnable "$PREFIX/venv/bin/python"; then rm -rf "$PREFIX/venv" "$stamp"; fi
-if [ ! -f "$stamp" ] || [ -n "$(find "$REPO/pyproject.toml" "$REPO/lib" "$REPO/autograder" -newer "$stamp" -print -quit)" ]; then
+if [ ! -f "$stamp" ] || [ -n "$(find "$REPO/pyproject.toml" "$REPO/hub/install.sh" "$REPO/lib" "$REPO/autograder" -newer "$stamp" -print -quit)" ]; then
   echo "installing the course environment into $PREFIX/venv (log: $PREFIX/pip.log)"
   [ -x "$PREFIX/venv/bin/python" ] || "$PYTHON" -m venv "$PREFIX/venv"
   "$PREFIX/venv/bin/python" -m pip install -q --upgrade "$REPO" "jupyterhub==$JUPYTERHUB_VERSION" \
+    "jupyterhub-idle-culler==$CULLER_VERSION" \
     >"$PREFIX/pip.log" 2>&1 || { tail -40 "$PREFIX/pip.log"; exit 1; }
   "$PREFIX/venv/bin/python" -m ipykernel install --sys-prefix --name servelab --display-name "Python (servelab)" >/dev/null
   "$PREFIX/venv/bin/python" "$REPO/scripts/kernelspec.py"     # the kernel's %check magic

@@ -4,11 +4,19 @@ PAM logs in the machine's real users; the local process spawner starts each lear
 user, from the course environment under SERVELAB_HUB_PREFIX (readable by everyone, never under a home folder).
 Members of the servelab-instructors group get nbgrader's formgrader; everyone else gets the learner lab
 (lab/learner: no instructor tools). nbgrader's exchange, named in the environment's nbgrader_config.py, carries
-assignments out and submissions back. Settings come from the environment, so a test can run its own hub.
+assignments out and submissions back. Settings come from the environment, so a test can run its own hub:
+
+    SERVELAB_LEARNER_MEM=4G SERVELAB_LEARNER_CPUS=1    a learner's server and kernels together (hub/limits.py)
+    SERVELAB_IDLE_TIMEOUT=3600                          a server idle this long (s) is stopped (jupyterhub-idle-culler)
+    SERVELAB_HUB_SSL_CERT=... SERVELAB_HUB_SSL_KEY=...  HTTPS with the instructor's certificate and key
 """
 
 import grp
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from limits import LimitedSpawner  # noqa: E402
 
 prefix = os.environ.get("SERVELAB_HUB_PREFIX", "/opt/servelab-hub")
 state = os.environ.get("SERVELAB_HUB_STATE", f"{prefix}/state")    # root only: the hub's database and secrets
@@ -20,7 +28,10 @@ LEARNERS, INSTRUCTORS = "servelab-learners", "servelab-instructors"
 
 c = get_config()  # noqa: F821 - injected by traitlets
 
-c.JupyterHub.bind_url = f"http://{ip}:{port}"
+cert, key = os.environ.get("SERVELAB_HUB_SSL_CERT"), os.environ.get("SERVELAB_HUB_SSL_KEY")
+if cert and key:
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = cert, key
+c.JupyterHub.bind_url = f"{'https' if cert and key else 'http'}://{ip}:{port}"
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{hub_port}"
 c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = f"{state}/jupyterhub_cookie_secret"
@@ -32,7 +43,9 @@ c.JupyterHub.authenticator_class = "pam"
 c.LocalAuthenticator.allowed_groups = {LEARNERS, INSTRUCTORS}
 c.LocalAuthenticator.create_system_users = False   # accounts come from the roster (hub/roster.py) only
 
-c.JupyterHub.spawner_class = "localprocess"
+c.JupyterHub.spawner_class = LimitedSpawner
+c.Spawner.mem_limit = os.environ.get("SERVELAB_LEARNER_MEM", "4G")
+c.Spawner.cpu_limit = float(os.environ.get("SERVELAB_LEARNER_CPUS", "1"))
 c.Spawner.cmd = [f"{prefix}/venv/bin/jupyterhub-singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
@@ -49,7 +62,9 @@ def is_instructor(name: str) -> bool:
 
 def lab_for_role(spawner) -> None:
     """The learner lab for learners (instructor tools switched off), nbgrader's full lab for instructors."""
+    spawner.environment = dict(spawner.environment)     # this server's own copy, not the config's shared dict
     if is_instructor(spawner.user.name):
+        spawner.mem_limit = spawner.cpu_limit = None     # the instructor grades whole courses
         return
     learner = f"{prefix}/lab/learner"
     spawner.environment["JUPYTER_CONFIG_PATH"] = learner
@@ -59,9 +74,21 @@ def lab_for_role(spawner) -> None:
 
 c.Spawner.pre_spawn_hook = lab_for_role
 
+# servers idle longer than the timeout are stopped (their files stay); the culler reads each server's last activity
+idle = int(os.environ.get("SERVELAB_IDLE_TIMEOUT", "3600"))
+services = [{"name": "idle-culler", "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={idle}",
+                                                f"--cull-every={max(5, min(300, idle // 4))}"]}]
+roles = [{"name": "idle-culler", "services": ["idle-culler"],
+          "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}]
+if idle < 300:   # a short timeout (a test's) needs activity reported sooner than every 5 minutes
+    c.JupyterHub.last_activity_interval = 5
+    c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "5"}
+
 # a test (or an admin script) may drive the hub through its REST API with a service token from the environment
 token = os.environ.get("SERVELAB_HUB_API_TOKEN")
 if token:
-    c.JupyterHub.services = [{"name": "servelab-admin", "api_token": token}]
-    c.JupyterHub.load_roles = [{"name": "servelab-admin", "services": ["servelab-admin"],
-                                "scopes": ["read:hub", "admin:users", "admin:servers", "tokens", "access:servers"]}]
+    services.append({"name": "servelab-admin", "api_token": token})
+    roles.append({"name": "servelab-admin", "services": ["servelab-admin"],
+                  "scopes": ["read:hub", "admin:users", "admin:servers", "tokens", "access:servers"]})
+c.JupyterHub.services = services
+c.JupyterHub.load_roles = roles

@@ -8,8 +8,10 @@ instructor collects, grades on a two-worker Dask LocalCluster through the sandbo
 feedback; each learner fetches theirs. Asserted: each learner's server runs as that user, in the learner lab
 (no formgrader), with A logging in through the hub's page in headless Chromium; the scores are what the
 submissions deserve; each learner's feedback is theirs alone; neither learner can list the exchange's inbound
-folder or read the other's home or the instructor's course folder (the gradebook). Needs root (it makes users)
-and `make hub-deps` (the course environment under /opt/servelab-hub); everything it made is removed at the end.
+folder or read the other's home or the instructor's course folder (the gradebook). Then a second hub checks HTTPS,
+per-learner limits and the idle culler, and a backup is restored onto a machine with nothing of the course left,
+where grading goes on. Needs root (it makes users) and `make hub-deps` (the course environment under
+/opt/servelab-hub); everything it made is removed at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -42,6 +45,7 @@ CHROMIUM = Path(os.environ.get("SERVELAB_CHROMIUM", "/usr/bin/chromium"))
 CH = "ch01_continuous_batching"
 sys.path.insert(0, str(REPO / "hub"))
 import roster  # noqa: E402
+import sizing  # noqa: E402
 from lab_page import JS_CHECK_OUTPUT, JS_RUN_CHECK  # noqa: E402
 
 
@@ -74,7 +78,9 @@ def as_user(user: str, *argv: str, cwd: Path | None = None) -> subprocess.Comple
 class Hub:
     def __init__(self, state: Path, env: dict):
         self.port, self.token = int(env["SERVELAB_HUB_PORT"]), env["SERVELAB_HUB_API_TOKEN"]
-        self.url = f"http://127.0.0.1:{self.port}"
+        cert = env.get("SERVELAB_HUB_SSL_CERT")
+        self.ctx = ssl.create_default_context(cafile=cert) if cert else None   # trusts the test's own certificate
+        self.url = f"{'https' if cert else 'http'}://127.0.0.1:{self.port}"
         self.log = state / "hub.log"
         self.proc = subprocess.Popen([str(PREFIX / "venv" / "bin" / "jupyterhub"), "-f",
                                       str(REPO / "hub" / "jupyterhub_config.py")], cwd=state, env=env,
@@ -92,7 +98,7 @@ class Hub:
                                      data=json.dumps(body).encode() if body is not None else None,
                                      headers={"Authorization": f"token {self.token}"})
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30, context=self.ctx) as r:
                 text = r.read().decode()
                 return json.loads(text) if text else {}
         except urllib.error.HTTPError as err:
@@ -115,7 +121,7 @@ class Hub:
         body, when it is JSON, is appended to `body`."""
         req = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"token {self.token}"})
         try:
-            with urllib.request.urlopen(req, timeout=60) as r:
+            with urllib.request.urlopen(req, timeout=60, context=self.ctx) as r:
                 if body is not None:
                     body.append(json.loads(r.read().decode()))
                 return r.status
@@ -166,7 +172,7 @@ def course(tmp_path_factory):
                               capture_output=True, text=True)
         assert made.returncode == 0, made.stdout + made.stderr
         hub = Hub(state, env)
-        yield {"names": names, "passwords": passwords, "hub": hub, "env": env, "course_id": course_id,
+        yield {"names": names, "passwords": passwords, "hub": hub, "env": env, "course_id": course_id, "roster": table,
                "exchange": exchange, "kay_course": Path(pwd.getpwnam(names["kay"]).pw_dir) / roster.COURSE}
     finally:
         if hub is not None:
@@ -314,3 +320,108 @@ def _check_from_the_lab(page, hub, name: str) -> None:
     assert str(home / ".servelab" / "check" / "feedback" / name) in text, f"not graded as {name}:\n{text}"
     progress = home / ".servelab" / "progress.json"
     assert progress.is_file() and pwd.getpwuid(progress.stat().st_uid).pw_name == name
+
+
+def run_in_kernel(hub, user: str, code: str, timeout: float = 120) -> tuple[str, str]:
+    """(how it ended: ok / error / died / timeout, what it printed): ``code`` run in a new kernel of ``user``'s
+    server through the hub's proxy, as the lab runs a cell (hub/sizing.py speaks the protocol)."""
+    base = f"{hub.url}/user/{user}"
+    kernel = sizing.api(base, hub.token, "POST", "/api/kernels", {"name": "servelab"}, ctx=hub.ctx)
+    return sizing.run_in_kernel(base, hub.token, kernel["id"], code, timeout, ctx=hub.ctx)
+
+
+def _oom_kills(user: str) -> int:
+    control = Path("/sys/fs/cgroup/memory/servelab") / user / "memory.oom_control"
+    if control.is_file():
+        return int(next(ln.split()[1] for ln in control.read_text().splitlines() if ln.startswith("oom_kill ")))
+    events = Path("/sys/fs/cgroup/servelab") / user / "memory.events"
+    return int(next(ln.split()[1] for ln in events.read_text().splitlines() if ln.startswith("oom_kill ")))
+
+
+def test_limits_https_and_the_idle_culler_on_a_second_hub(course, tmp_path):
+    """A hub started with the instructor's certificate (a self-signed one here), per-learner limits of 1 GiB and
+    one CPU and an idle timeout of 30 s: it answers over HTTPS only; a learner's kernel that outgrows the limit is
+    killed by the kernel's OOM killer inside that learner's cgroup, while their server and a classmate's kernel
+    keep working; both servers, left idle, are stopped by the culler."""
+    names, first = course["names"], course["hub"]
+    for key in ("a", "b"):   # the first hub's servers share these users' cgroups: stop them
+        if (first.api("GET", f"/users/{names[key]}") or {}).get("servers"):
+            first.api("DELETE", f"/users/{names[key]}/server")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                           str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    state = tmp_path / "hub2"
+    state.mkdir(mode=0o700)
+    env = {**course["env"], "SERVELAB_HUB_STATE": str(state), "SERVELAB_HUB_PORT": str(_free_port()),
+           "SERVELAB_HUB_API_PORT": str(_free_port()), "SERVELAB_HUB_PROXY_API_PORT": str(_free_port()),
+           "SERVELAB_HUB_SSL_CERT": str(cert), "SERVELAB_HUB_SSL_KEY": str(key),
+           "SERVELAB_LEARNER_MEM": "1G", "SERVELAB_LEARNER_CPUS": "1", "SERVELAB_IDLE_TIMEOUT": "30"}
+    hub = Hub(state, env)
+    try:
+        assert hub.url.startswith("https://") and hub.api("GET", "/info")["version"]
+        with pytest.raises((urllib.error.URLError, ConnectionError)):   # no plain HTTP on the hub's port
+            urllib.request.urlopen(f"http://127.0.0.1:{hub.port}/hub/api/", timeout=10)
+
+        a, b = names["a"], names["b"]
+        servers = hub.start_servers(a, b)
+        procs = Path("/sys/fs/cgroup/memory/servelab") / a / "cgroup.procs"
+        if not procs.is_file():
+            procs = Path("/sys/fs/cgroup/servelab") / a / "cgroup.procs"
+        assert str(servers[a]["state"]["pid"]) in procs.read_text().split(), "the server is not in its cgroup"
+        before = _oom_kills(a)
+        ended, _ = run_in_kernel(hub, a, "hog = bytearray(1536 * 2**20)\nprint('survived')")
+        assert ended == "died" and _oom_kills(a) > before, ended
+        assert hub.get(f"/user/{a}/api/status") == 200                   # the learner's server is still up
+        assert run_in_kernel(hub, b, "print(6 * 7)") == ("ok", "42\n")    # and a classmate's kernel works
+
+        def culled() -> bool:
+            return all(not (hub.api("GET", f"/users/{u}") or {}).get("servers") for u in (a, b))
+        hub.wait(culled, "the idle culler to stop both servers", timeout=150)
+        assert "Culling server" in hub.log.read_text(), "the servers stopped, but not by the culler"
+    finally:
+        hub.stop()
+
+
+def _shadow(name: str) -> str:
+    return next(ln.split(":")[1] for ln in Path("/etc/shadow").read_text().splitlines() if ln.startswith(f"{name}:"))
+
+
+def test_a_backup_restores_into_a_fresh_hub_and_grading_goes_on_there(course, tmp_path):
+    """hub/backup.py: the course backed up, every account, home, course folder and the exchange deleted, the backup
+    restored; the accounts keep their passwords, the gradebook its grades, and the course goes on: learner B fetches
+    the chapter from the restored exchange, submits the solution, and the instructor collects and grades it."""
+    names, env, kay_course = course["names"], course["env"], course["kay_course"]
+    with open(kay_course / "grades.csv", newline="") as fh:
+        before = {r["student"]: float(r["score"]) for r in csv.DictReader(fh)}
+    hashes = {n: _shadow(n) for n in names.values()}
+    dump = tmp_path / "course.tar.gz"
+    hub_py = str(PREFIX / "venv" / "bin" / "python")     # the hub's own Python, as `make hub-backup` runs it
+    done = subprocess.run([hub_py, str(REPO / "hub" / "backup.py"), "backup", str(dump)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert dump.stat().st_mode & 0o777 == 0o600
+
+    course["hub"].stop()                                  # a fresh machine: nothing of the course is left
+    gone = subprocess.run([sys.executable, str(REPO / "hub" / "roster.py"), str(course["roster"]), "--remove"],
+                          env=env, capture_output=True, text=True)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    shutil.rmtree(course["exchange"])
+    assert not any(_exists(n) for n in names.values()) and not kay_course.exists()
+
+    done = subprocess.run([hub_py, str(REPO / "hub" / "backup.py"), "restore", str(dump)], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {n: _shadow(n) for n in names.values()} == hashes          # each logs in with their own password
+    assert pwd.getpwuid((kay_course / "gradebook.db").stat().st_uid).pw_name == names["kay"]
+    assert as_user(names["a"], "ls", str(course["exchange"] / "inbound")).returncode != 0   # still unlistable
+
+    learner(course, "b", "fetch_assignment", CH)
+    _put_notebook(names["b"], notebooks.complete_submission(CH, REPO))
+    learner(course, "b", "submit", CH)
+    step(course, "collect", CH)
+    step(course, "autograde", CH)
+    with open(kay_course / "grades.csv", newline="") as fh:
+        after = {r["student"]: float(r["score"]) for r in csv.DictReader(fh)}
+    assert after[names["a"]] == before[names["a"]] and after[names["b"]] == before[names["a"]] > before[names["b"]]

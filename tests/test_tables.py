@@ -87,6 +87,7 @@ SETTINGS = {  # a chapter whose random cases are reference runs proves one seed,
     "ch11_speculative_decoding": Settings(skip_demos=True),
     "ch12_queueing_and_overload": Settings(skip_demos=True, reference_seeds=CLOSED_FORMS),
     "ch13_fairness_and_priority": Settings(reference_seeds=CLOSED_FORMS),
+    "ch14_disaggregated_serving": Settings(reference_seeds=CLOSED_FORMS),
     "ch15_routing_across_replicas": Settings(reference_seeds=CLOSED_FORMS),
 }
 
@@ -212,6 +213,10 @@ class TestCh12(ChapterProofs):
 
 class TestCh13(ChapterProofs):
     assignment = "ch13_fairness_and_priority"
+
+
+class TestCh14(ChapterProofs):
+    assignment = "ch14_disaggregated_serving"
 
 
 class TestCh15(ChapterProofs):

@@ -34,6 +34,7 @@ from servelab.simulator.arrivals import (
     uniform_lengths,
 )
 from servelab.simulator.clients import Backoff, Clients, QueueCap
+from servelab.simulator.disaggregated import SplitResult, simulate_split  # noqa: F401 (chapter 14)
 from servelab.simulator.fair import Priority, TokenFair
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
