@@ -88,6 +88,7 @@ SETTINGS = {  # a chapter whose random cases are reference runs proves one seed,
     "ch12_queueing_and_overload": Settings(skip_demos=True, reference_seeds=CLOSED_FORMS),
     "ch13_fairness_and_priority": Settings(reference_seeds=CLOSED_FORMS),
     "ch14_disaggregated_serving": Settings(reference_seeds=CLOSED_FORMS),
+    "ch15_routing_across_replicas": Settings(reference_seeds=CLOSED_FORMS),
 }
 
 
@@ -216,3 +217,7 @@ class TestCh13(ChapterProofs):
 
 class TestCh14(ChapterProofs):
     assignment = "ch14_disaggregated_serving"
+
+
+class TestCh15(ChapterProofs):
+    assignment = "ch15_routing_across_replicas"

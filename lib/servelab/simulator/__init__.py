@@ -41,6 +41,7 @@ from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.ordered import Ordered
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
+from servelab.simulator.replicas import CacheAware, PrefixHash, simulate_replicas  # noqa: F401 (chapter 15)
 from servelab.simulator.speculative import SpecStats, Speculation
 from servelab.simulator.state import ServingState
 from servelab.simulator.v1 import V1
