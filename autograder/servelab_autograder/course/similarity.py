@@ -15,16 +15,20 @@ boilerplate (its fingerprints never count), cells are compared only with the sam
 the references, and a function shorter than MIN_TOKENS tokens is left out: too short to be anyone's own.
 
 A pair is listed when either side's share of copied tokens exceeds the threshold. THRESHOLD was chosen on the
-independent implementations in autograder/similarity/ (at least five per chapter, written differently): it sits above
-every pair among them and below every planted copy (tests/test_similarity.py checks both).
+independent implementations in autograder/similarity/ (five per chapter, written differently, each graded correct):
+their pairs, and each against the solution and the library, share at most 52%; planted copies (locals renamed,
+statements swapped) at least 78%; tests/test_similarity.py keeps both sides of 65%.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import inspect
 import io
+import json
+import math
 import sys
 import tempfile
 import tokenize
@@ -38,11 +42,12 @@ from servelab_autograder.judge import known_wrong, verdicts
 from servelab_autograder.paths import chapters, release_notebook, repo_root, resolve, source_notebook
 
 MIN_TOKENS = 30           # a function with fewer tokens than this (docstring excluded) is not compared
-THRESHOLD = 0.5           # share of a side's tokens found in the other side, above which a pair is listed
+THRESHOLD = 0.65          # share of a side's tokens found in the other side, above which a pair is listed
 NOISE, GUARANTEE = 25, 30  # copydetect's k-gram bounds, in characters of its filtered code
 SOLUTION, LIBRARY = "reference-solution", "reference-library"
 SKIP_CELLS = ("drills",)  # numbers, not code
 IMPLEMENTATIONS = "autograder/similarity"  # <assignment>/<author>.py: independent implementations, for calibrating
+CALIBRATION = "calibration.json"           # what `--calibrate` found, per chapter (digests of the files it graded)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,9 @@ def _without_docstring(node: ast.AST) -> ast.AST:
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             _without_docstring(child)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        node.body = _canonical(node.body)
+        args = node.args
+        params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg] if a}
+        node.body = _canonical(node.body, _writes(node) | params)
     return node
 
 
@@ -87,16 +94,17 @@ def _writes(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-def _shape(stmt: ast.stmt) -> str:
-    """A statement with every name replaced by one letter: the order key that renaming cannot change."""
+def _shape(stmt: ast.stmt, local: set[str]) -> str:
+    """A statement with each local name replaced by one letter (globals, builtins and attributes kept): the order
+    key that renaming the locals cannot change."""
     clone = ast.parse(ast.unparse(stmt)).body[0]
     for n in ast.walk(clone):
-        if isinstance(n, ast.Name):
+        if isinstance(n, ast.Name) and n.id in local:
             n.id = "V"
     return ast.unparse(clone)
 
 
-def _canonical(body: list[ast.stmt]) -> list[ast.stmt]:
+def _canonical(body: list[ast.stmt], local: set[str]) -> list[ast.stmt]:
     """``body`` with each run of adjacent assignments put in one order that depends only on what they compute: a
     topological order of their data dependencies, ties broken by their shapes. Swapping independent statements,
     the cheapest disguise of a copy, then changes nothing that is compared."""
@@ -117,14 +125,14 @@ def _canonical(body: list[ast.stmt]) -> list[ast.stmt]:
         done: list[int] = []
         while len(done) < len(run):
             ready = [k for k in range(len(run)) if k not in done and after[k] <= set(done)]
-            done.append(min(ready, key=lambda k: _shape(run[k])))
+            done.append(min(ready, key=lambda k: _shape(run[k], local)))
         out += [run[k] for k in done]
         i = j
     for stmt in out:
         for name in ("body", "orelse", "finalbody"):
             inner = getattr(stmt, name, None)
             if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                setattr(stmt, name, _canonical(inner))
+                setattr(stmt, name, _canonical(inner, local))
     return out
 
 
@@ -197,12 +205,26 @@ def stage(root: Path, assignment: str, learners: dict[str, dict[str, str]], fold
         put(folder / "boilerplate", cell, comparable(stubs.get(cell, ""), 0))
 
 
+def _stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _copydetect():
+    """copydetect's CopyDetector, its k-grams hashed the same in every process: copydetect 0.5.0 hashes them with
+    Python's `hash`, which is salted per process, so the same two files would share a little more or less from one
+    run to the next (and a pair could cross the threshold)."""
+    import copydetect.utils
+    from copydetect import CopyDetector
+
+    copydetect.utils.hash = _stable_hash     # its module's `hash`, looked up when it hashes
+    return CopyDetector
+
+
 def compare(root: Path, assignment: str, learners: dict[str, dict[str, str]], out: Path | None = None,
             threshold: float = THRESHOLD, min_tokens: int = MIN_TOKENS) -> list[Pair]:
     """The pairs above ``threshold``: ``learners`` maps a learner to {grade id: source of their solution cell}.
     Writes copydetect's HTML report (every listed pair with both sides shown, copied runs highlighted) to ``out``."""
-    from copydetect import CopyDetector
-
+    CopyDetector = _copydetect()
     with tempfile.TemporaryDirectory(prefix="servelab-similarity-") as tmp:
         folder = Path(tmp)
         stage(root, assignment, learners, folder, min_tokens)
@@ -298,6 +320,23 @@ def calibration(root: Path, assignment: str) -> dict[str, tuple[float, float]]:
     return out
 
 
+def digests(root: Path, assignment: str) -> dict[str, str]:
+    """author -> sha256 of their implementation file, as graded when the calibration was recorded."""
+    return {p.stem: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / IMPLEMENTATIONS / assignment).glob("*.py"))}
+
+
+def record(root: Path, assignment: str, graded: dict[str, list[str]], shares: dict) -> None:
+    """Write what `--calibrate` found into autograder/similarity/calibration.json: grading the implementations takes
+    minutes, so the test suite checks this record against the files instead of grading them again."""
+    path = root / IMPLEMENTATIONS / CALIBRATION
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[assignment] = {"digests": digests(root, assignment), "failing": graded,
+                        "cells": {c: {"independent": round(h, 4), "planted": None if math.isnan(lo) else round(lo, 4)}
+                                  for c, (h, lo) in shares.items()}}
+    path.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapter", help="e.g. ch12 or ch12_queueing_and_overload")
@@ -307,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the HTML report (default: autograder/runs/similarity/<chapter>.html)")
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--calibrate", action="store_true",
-                        help="grade the chapter's independent implementations and print, per cell, the highest share "
-                             "between them and the lowest share of a planted copy")
+                        help="grade the chapter's independent implementations, print per cell the highest share "
+                             "between them and the lowest share of a planted copy, and record both in "
+                             f"{IMPLEMENTATIONS}/{CALIBRATION}")
     args = parser.parse_args(argv)
     root = repo_root()
     try:
@@ -318,14 +358,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.calibrate:
         authors = implementations(root, assignment)
+        graded = {}
         for who, cells in authors.items():
             bad = failing_cells(assignment, cells)
+            graded[who] = sorted(bad)
             print(f"  {who}: " + ("passes every graded cell" if not bad else f"FAILS {bad}"))
         print(f"{assignment}: {len(authors)} independent implementations; per cell, the highest share between two "
               f"of them (or one and a reference) and the lowest share of a planted copy; threshold {THRESHOLD:.0%}")
-        for cell, (high, low) in calibration(root, assignment).items():
+        shares = calibration(root, assignment)
+        for cell, (high, low) in shares.items():
             print(f"  {cell:<28} independent {high:6.1%}   planted copies {low:6.1%}")
-        return 0
+        record(root, assignment, graded, shares)
+        return 0 if not any(graded.values()) else 1
     submitted = args.submitted or root / "autograder" / "submitted"
     learners = read_learners(submitted, assignment)
     if len(learners) < 1:
