@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import io
 import json
 import re
@@ -228,6 +229,32 @@ class Proof:
         ns = self.nb.namespace() if ns is None else ns
         for gid in self.nb.test_cells():
             exec(compile(python_source(self.nb.source(gid)), gid, "exec"), ns)
+
+    def assert_table_names_real_cells(self, solution_ids: list[str], references_in: str, points: int = 2) -> None:
+        """The chapter's table grades exactly the notebook's test cells (``points`` each; the solution cells are
+        ``solution_ids``, in order), its demos are real cells that are not graded, and every reference the sandbox
+        hides is a callable of the module ``references_in``."""
+        tests = self.nb.test_cells()
+        assert set(self.chapter.cells) == set(tests)
+        assert self.nb.solution_ids() == list(solution_ids)
+        assert {g: m["points"] for g, m in tests.items()} == {f"test_{g}": points for g in solution_ids}
+        ids = {c.meta.get("grade_id") for c in self.nb.cells}
+        assert set(self.chapter.demos) <= ids and not set(self.chapter.demos) & set(tests)
+        for ref in self.chapter.references:
+            module, name = ref.split(":")
+            obj = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            assert module == references_in and callable(obj), ref
+
+    def assert_runs_draw_their_own_random_cases(self, cell: str) -> None:
+        """Two seeds give ``cell`` the same fixed cases and different random ones."""
+        from servelab_autograder.judge import verdicts
+
+        ex = self.chapter.cells[cell]
+        first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
+        fixed = len(ex.fixed())
+        assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
 
     def assert_stubs_fail_every_cell(self) -> None:
         got = self.failing(self.stubs())

@@ -32,18 +32,8 @@ solution, grade = P.solution, P.grade
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
-    tests = NB.test_cells()
-    assert set(CHAPTER.cells) == set(tests)
-    assert NB.solution_ids() == ["kv_ceiling", "compute_ridge_batch", "resident_sequences", "fleet_size",
-                                 "budget_knee", "drills"]
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_kv_ceiling": 2, "test_compute_ridge_batch": 2, "test_resident_sequences": 2, "test_fleet_size": 2,
-        "test_budget_knee": 2, "test_drills": 2}
-    ids = {c.meta.get("grade_id") for c in NB.cells}
-    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
-    for ref in CHAPTER.references:
-        module, name = ref.split(":")
-        assert module == "servelab.analytic.capacity" and callable(getattr(capacity, name)), ref
+    cells = ["kv_ceiling", "compute_ridge_batch", "resident_sequences", "fleet_size", "budget_knee", "drills"]
+    P.assert_table_names_real_cells(cells, "servelab.analytic.capacity")
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -53,10 +43,7 @@ def test_notebook_follows_the_authoring_conventions():
 
 
 def test_each_run_draws_its_own_random_cases():
-    ex = CHAPTER.cells["test_resident_sequences"]
-    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
-    fixed = len(ex.fixed())
-    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    P.assert_runs_draw_their_own_random_cases("test_resident_sequences")
 
 
 def _ref(name, args):

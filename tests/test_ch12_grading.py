@@ -35,18 +35,9 @@ solution, grade = P.solution, P.grade
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
-    tests = NB.test_cells()
-    assert set(CHAPTER.cells) == set(tests)
-    assert NB.solution_ids() == ["utilization_limit", "drain_time", "dead_requests", "admit_by_deadline",
-                                 "retry_delay", "retry_after", "drills"]
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_utilization_limit": 2, "test_drain_time": 2, "test_dead_requests": 2, "test_admit_by_deadline": 2,
-        "test_retry_delay": 2, "test_retry_after": 2, "test_drills": 2}
-    ids = {c.meta.get("grade_id") for c in NB.cells}
-    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
-    for ref in CHAPTER.references:
-        module, name = ref.split(":")
-        assert module == "servelab.analytic.queueing" and callable(getattr(queueing, name)), ref
+    cells = ["utilization_limit", "drain_time", "dead_requests", "admit_by_deadline", "retry_delay",
+             "retry_after", "drills"]
+    P.assert_table_names_real_cells(cells, "servelab.analytic.queueing")
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -56,10 +47,7 @@ def test_notebook_follows_the_authoring_conventions():
 
 
 def test_each_run_draws_its_own_random_cases():
-    ex = CHAPTER.cells["test_utilization_limit"]
-    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
-    fixed = len(ex.fixed())
-    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    P.assert_runs_draw_their_own_random_cases("test_utilization_limit")
 
 
 def _ref(name, args):

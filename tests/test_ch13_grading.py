@@ -30,20 +30,8 @@ solution, grade = P.solution, P.grade
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
-    tests = NB.test_cells()
-    assert set(CHAPTER.cells) == set(tests)
-    assert NB.solution_ids() == ["interactive_tpot", "batch_kv_quota", "request_fair_shares", "next_tenant", "drills"]
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_interactive_tpot": 2, "test_batch_kv_quota": 2, "test_request_fair_shares": 2, "test_next_tenant": 2,
-        "test_drills": 2}
-    ids = {c.meta.get("grade_id") for c in NB.cells}
-    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
-    for ref in CHAPTER.references:
-        module, name = ref.split(":")
-        obj = fairness
-        for part in name.split("."):
-            obj = getattr(obj, part)
-        assert module == "servelab.analytic.fairness" and callable(obj), ref
+    cells = ["interactive_tpot", "batch_kv_quota", "request_fair_shares", "next_tenant", "drills"]
+    P.assert_table_names_real_cells(cells, "servelab.analytic.fairness")
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -53,10 +41,7 @@ def test_notebook_follows_the_authoring_conventions():
 
 
 def test_each_run_draws_its_own_random_cases():
-    ex = CHAPTER.cells["test_next_tenant"]
-    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
-    fixed = len(ex.fixed())
-    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    P.assert_runs_draw_their_own_random_cases("test_next_tenant")
 
 
 def _ref(name, args):

@@ -29,17 +29,8 @@ solution, grade = P.solution, P.grade
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
-    tests = NB.test_cells()
-    assert set(CHAPTER.cells) == set(tests)
-    assert NB.solution_ids() == ["tpot_stretch", "exposed_transfer_s", "break_even_bandwidth", "pd_pools", "drills"]
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_tpot_stretch": 2, "test_exposed_transfer_s": 2, "test_break_even_bandwidth": 2, "test_pd_pools": 2,
-        "test_drills": 2}
-    ids = {c.meta.get("grade_id") for c in NB.cells}
-    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
-    for ref in CHAPTER.references:
-        module, name = ref.split(":")
-        assert module == "servelab.analytic.disaggregation" and callable(getattr(disaggregation, name)), ref
+    cells = ["tpot_stretch", "exposed_transfer_s", "break_even_bandwidth", "pd_pools", "drills"]
+    P.assert_table_names_real_cells(cells, "servelab.analytic.disaggregation")
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -49,10 +40,7 @@ def test_notebook_follows_the_authoring_conventions():
 
 
 def test_each_run_draws_its_own_random_cases():
-    ex = CHAPTER.cells["test_exposed_transfer_s"]
-    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
-    fixed = len(ex.fixed())
-    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    P.assert_runs_draw_their_own_random_cases("test_exposed_transfer_s")
 
 
 def _mg(c):

@@ -30,17 +30,8 @@ solution, grade = P.solution, P.grade
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
-    tests = NB.test_cells()
-    assert set(CHAPTER.cells) == set(tests)
-    assert NB.solution_ids() == ["ring_owner", "bounded_owner", "cache_aware_pick", "keys_kept", "drills"]
-    assert {g: m["points"] for g, m in tests.items()} == {
-        "test_ring_owner": 2, "test_bounded_owner": 2, "test_cache_aware_pick": 2, "test_keys_kept": 2,
-        "test_drills": 2}
-    ids = {c.meta.get("grade_id") for c in NB.cells}
-    assert set(CHAPTER.demos) <= ids and not set(CHAPTER.demos) & set(tests)
-    for ref in CHAPTER.references:
-        module, name = ref.split(":")
-        assert module == "servelab.analytic.routing" and callable(getattr(routing, name)), ref
+    cells = ["ring_owner", "bounded_owner", "cache_aware_pick", "keys_kept", "drills"]
+    P.assert_table_names_real_cells(cells, "servelab.analytic.routing")
 
 
 def test_notebook_follows_the_authoring_conventions():
@@ -50,10 +41,7 @@ def test_notebook_follows_the_authoring_conventions():
 
 
 def test_each_run_draws_its_own_random_cases():
-    ex = CHAPTER.cells["test_cache_aware_pick"]
-    first, second = verdicts.cases(ex, 1), verdicts.cases(ex, 2)
-    fixed = len(ex.fixed())
-    assert first[:fixed] == second[:fixed] and first[fixed:] != second[fixed:]
+    P.assert_runs_draw_their_own_random_cases("test_cache_aware_pick")
 
 
 def _ref(name, args):
