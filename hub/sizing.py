@@ -8,7 +8,7 @@
 2. the memory of a kernel with each chapter's imports: a fresh `servelab` kernel in that server runs the chapter's
    first code cell (its imports and setup), then its PSS;
 3. grading throughput: `--grade N` copies of chapter 01's solution graded by the sandboxed grader with one job and
-   with one job per core, in submissions per minute per core;
+   on a Dask LocalCluster of one worker per core (the hub's path), in submissions per minute per core;
 and, from those, the machine a course of `--learners` needs (printed with the assumptions it makes).
 """
 
@@ -167,8 +167,10 @@ def measure_server(chapters: list[str]) -> tuple[int, dict[str, int]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def grading_rate(copies: int, jobs: int) -> float:
-    """Submissions graded per minute with ``jobs`` sandboxes, over ``copies`` copies of chapter 01's solution."""
+def grading_rate(copies: int, jobs: int, dask: bool = False) -> float:
+    """Submissions graded per minute with ``jobs`` sandboxes (on a Dask LocalCluster of ``jobs`` workers, as
+    `make hub-autograde WORKERS=N` grades, or the local process pool), over ``copies`` copies of chapter 01's
+    solution."""
     chapter = "ch01_continuous_batching"
     with tempfile.TemporaryDirectory() as tmp:
         built = Path(tmp) / "built"
@@ -180,7 +182,8 @@ def grading_rate(copies: int, jobs: int) -> float:
             shutil.copytree(solution, subs / f"learner{i:03d}" / chapter)
         start = time.monotonic()
         subprocess.run([sys.executable, "-m", "servelab_autograder.runner.grade", str(subs), "--out",
-                        str(Path(tmp) / "out"), "--jobs", str(jobs)], check=True, capture_output=True, cwd=REPO)
+                        str(Path(tmp) / "out"), "--jobs", str(jobs), *(["--dask", "local"] if dask else [])],
+                       check=True, capture_output=True, cwd=REPO)
         return copies / (time.monotonic() - start) * 60
 
 
@@ -200,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     heaviest = max(kernels, key=kernels.get)
     if args.grade:
         one = grading_rate(args.grade, 1)
-        many = grading_rate(args.grade, cores)
-        print(f"grading chapter 01: {one:.1f} submissions/min with 1 job, {many:.1f} with {cores} "
-              f"({many / cores:.1f} per core)", flush=True)
+        many = grading_rate(args.grade, cores, dask=True)
+        print(f"grading chapter 01: {one:.1f} submissions/min with 1 job, {many:.1f} on a Dask LocalCluster of "
+              f"{cores} workers ({many / cores:.1f} per core)", flush=True)
     else:
         many = 0.0
     gib = (idle + kernels[heaviest]) / 2**20
