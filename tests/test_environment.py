@@ -40,3 +40,15 @@ def test_environment_yml_matches_pyproject():
 def test_torch_is_the_cpu_build_that_installs_here():
     _, pins = _pyproject()
     assert "torch==2.13.0" in pins
+
+
+def test_every_package_is_installed():
+    """A non-editable install (the hub's course environment) holds only the packages pyproject.toml lists."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for top, folder in (("servelab", ROOT / "lib" / "servelab"),
+                        ("servelab_autograder", ROOT / "autograder" / "servelab_autograder")):
+        for init in folder.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                found.add(".".join([top, *init.parent.relative_to(folder).parts]))
+    assert found == listed, f"unlisted: {sorted(found - listed)}; listed but missing: {sorted(listed - found)}"
