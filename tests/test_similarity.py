@@ -76,6 +76,7 @@ def test_the_planted_copy_is_listed_and_both_sides_are_in_the_report(tmp_path):
     for cell in long_enough:
         assert (cell, frozenset(("ada", "bob"))) in listed, cell
         assert (cell, frozenset(("bob", S.SOLUTION))) in listed, cell
+    assert (S.WHOLE, frozenset(("ada", "bob"))) in listed                  # the submissions compared whole, too
     html = (tmp_path / "r.html").read_text()
     assert "bob" in html and S.SOLUTION in html
 

@@ -12,7 +12,9 @@ cell. copydetect then replaces every name by its kind (variable, function, objec
 string by one letter, so renaming does not hide a copy, and compares winnowed fingerprints of the token stream, so
 reordering statements moves whole matching runs rather than breaking them. The release's stub of each cell is
 boilerplate (its fingerprints never count), cells are compared only with the same cell of another submission or of
-the references, and a function shorter than MIN_TOKENS tokens is left out: too short to be anyone's own.
+the references, and a function shorter than MIN_TOKENS tokens is left out: too short to be anyone's own. A
+submission's cells are also compared whole (WHOLE, short functions included), so copying every cell shows even where
+each is a formula long.
 
 A pair is listed when either side's share of copied tokens exceeds the threshold. THRESHOLD was chosen on the
 independent implementations in autograder/similarity/ (five per chapter, written differently, each graded correct):
@@ -45,6 +47,7 @@ MIN_TOKENS = 30           # a function with fewer tokens than this (docstring ex
 THRESHOLD = 0.65          # share of a side's tokens found in the other side, above which a pair is listed
 NOISE, GUARANTEE = 25, 30  # copydetect's k-gram bounds, in characters of its filtered code
 SOLUTION, LIBRARY = "reference-solution", "reference-library"
+WHOLE = "all-cells"       # a submission's every solution cell together, short functions included
 SKIP_CELLS = ("drills",)  # numbers, not code
 IMPLEMENTATIONS = "autograder/similarity"  # <assignment>/<author>.py: independent implementations, for calibrating
 CALIBRATION = "calibration.json"           # what `--calibrate` found, per chapter (digests of the files it graded)
@@ -191,10 +194,16 @@ def stage(root: Path, assignment: str, learners: dict[str, dict[str, str]], fold
             where.mkdir(parents=True, exist_ok=True)
             (where / f"{cell}.py").write_text(code, encoding="utf-8")
 
+    def whole(code: dict[str, str]) -> str:
+        return "\n".join(comparable(code[c], 0) for c in solution if c in code)
+
     for who, code in learners.items():
         for cell, source in code.items():
             if cell in cells:
                 put(folder / "learners" / who, cell, comparable(source, min_tokens))
+        put(folder / "learners" / who, WHOLE, whole(code))
+    put(folder / "references" / SOLUTION, WHOLE, whole(solution))
+    put(folder / "boilerplate", WHOLE, whole(stubs))
     for cell, source in solution.items():
         put(folder / "references" / SOLUTION, cell, comparable(source, min_tokens))
         defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef | ast.ClassDef)} \
@@ -306,7 +315,7 @@ def calibration(root: Path, assignment: str) -> dict[str, tuple[float, float]]:
     copies["copy-of-solution"] = {c: disguise(src) for c, src in solution.items()}
     planted = compare(root, assignment, {**authors, **copies}, threshold=0.0)
     out: dict[str, tuple[float, float]] = {}
-    for cell in solution:
+    for cell in [*solution, WHOLE]:
         high = max((max(p.first_share, p.second_share) for p in independent if p.cell == cell), default=0.0)
         shares = {}
         for p in planted:
