@@ -11,23 +11,15 @@ from __future__ import annotations
 import ast
 import builtins
 
+from servelab_autograder.course.statements import ASSIGNMENTS, depends, each_block, parameters, stores
+
 _BUILTINS = set(dir(builtins))
 
 
-def _stores(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-def _loads(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
 def _independent(a: ast.stmt, b: ast.stmt) -> bool:
-    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign)
-    if not (isinstance(a, simple) and isinstance(b, simple)):
-        return False
-    wa, wb = _stores(a), _stores(b)
-    return not (wa & (wb | _loads(b)) or wb & _loads(a)) and bool(wa) and bool(wb)
+    """Two assignments of names that neither of the other reads nor assigns: swapping them changes nothing."""
+    return isinstance(a, ASSIGNMENTS) and isinstance(b, ASSIGNMENTS) and not depends(a, b) \
+        and bool(stores(a)) and bool(stores(b))
 
 
 def _reorder(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -39,11 +31,7 @@ def _reorder(body: list[ast.stmt]) -> list[ast.stmt]:
         else:
             out.append(body[i])
             i += 1
-    for stmt in out:
-        for field in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, field, None)
-            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                setattr(stmt, field, _reorder(inner))
+    each_block(out, _reorder)
     return out
 
 
@@ -61,11 +49,10 @@ class _Rename(ast.NodeTransformer):
 
 
 def _disguise_function(fn: ast.FunctionDef) -> None:
-    params = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
-    params |= {a.arg for a in (fn.args.vararg, fn.args.kwarg) if a is not None}
+    params = parameters(fn)
     declared = {n for node in ast.walk(fn) if isinstance(node, ast.Global | ast.Nonlocal) for n in node.names}
     inner = {a.arg for node in ast.walk(fn) if isinstance(node, ast.Lambda) for a in node.args.args}
-    local = (_stores(fn) | inner) - params - declared - _BUILTINS
+    local = (stores(fn) | inner) - params - declared - _BUILTINS
     names = {name: f"v{i}_{name[::-1].strip('_') or 'x'}" for i, name in enumerate(sorted(local))}
     fn.body = _reorder(fn.body)
     for stmt in fn.body:

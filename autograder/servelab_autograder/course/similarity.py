@@ -40,6 +40,7 @@ from pathlib import Path
 
 import nbformat
 
+from servelab_autograder.course.statements import ASSIGNMENTS, depends, each_block, parameters, stores
 from servelab_autograder.judge import known_wrong, verdicts
 from servelab_autograder.paths import chapters, release_notebook, repo_root, resolve, source_notebook
 
@@ -83,18 +84,8 @@ def _without_docstring(node: ast.AST) -> ast.AST:
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             _without_docstring(child)
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        args = node.args
-        params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg] if a}
-        node.body = _canonical(node.body, _writes(node) | params)
+        node.body = _canonical(node.body, stores(node) | parameters(node))
     return node
-
-
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _writes(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _shape(stmt: ast.stmt, local: set[str]) -> str:
@@ -111,31 +102,25 @@ def _canonical(body: list[ast.stmt], local: set[str]) -> list[ast.stmt]:
     """``body`` with each run of adjacent assignments put in one order that depends only on what they compute: a
     topological order of their data dependencies, ties broken by their shapes. Swapping independent statements,
     the cheapest disguise of a copy, then changes nothing that is compared."""
-    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign)
     out: list[ast.stmt] = []
     i = 0
     while i < len(body):
-        if not isinstance(body[i], simple):
+        if not isinstance(body[i], ASSIGNMENTS):
             out.append(body[i])
             i += 1
             continue
         j = i
-        while j < len(body) and isinstance(body[j], simple):
+        while j < len(body) and isinstance(body[j], ASSIGNMENTS):
             j += 1
         run = body[i:j]
-        after = {k: {m for m in range(k) if _writes(run[m]) & _names(run[k])
-                     or _writes(run[k]) & _names(run[m])} for k in range(len(run))}
+        after = {k: {m for m in range(k) if depends(run[m], run[k])} for k in range(len(run))}
         done: list[int] = []
         while len(done) < len(run):
             ready = [k for k in range(len(run)) if k not in done and after[k] <= set(done)]
             done.append(min(ready, key=lambda k: _shape(run[k], local)))
         out += [run[k] for k in done]
         i = j
-    for stmt in out:
-        for name in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, name, None)
-            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                setattr(stmt, name, _canonical(inner, local))
+    each_block(out, lambda block: _canonical(block, local))
     return out
 
 
@@ -205,9 +190,10 @@ def stage(root: Path, assignment: str, learners: dict[str, dict[str, str]], fold
     put(folder / "references" / SOLUTION, WHOLE, whole(solution))
     put(folder / "boilerplate", WHOLE, whole(stubs))
     for cell, source in solution.items():
-        put(folder / "references" / SOLUTION, cell, comparable(source, min_tokens))
+        code = comparable(source, min_tokens)
+        put(folder / "references" / SOLUTION, cell, code)
         defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef | ast.ClassDef)} \
-            if comparable(source, min_tokens) else set()
+            if code else set()
         refs = library_references(assignment, defined)
         put(folder / "references" / LIBRARY, cell, "\n\n".join(comparable(s, min_tokens) for s in refs.values()))
         # the stub's signature and docstring, printed the same way: its fingerprints never count as copying
@@ -310,10 +296,10 @@ def calibration(root: Path, assignment: str) -> dict[str, tuple[float, float]]:
 
     authors = implementations(root, assignment)
     solution = solution_cells(nbformat.read(source_notebook(root, assignment), as_version=4))
-    independent = compare(root, assignment, authors, threshold=0.0)
     copies = {f"copy-of-{who}": {c: disguise(src) for c, src in code.items()} for who, code in authors.items()}
     copies["copy-of-solution"] = {c: disguise(src) for c, src in solution.items()}
     planted = compare(root, assignment, {**authors, **copies}, threshold=0.0)
+    independent = [p for p in planted if p.first not in copies and p.second not in copies]
     out: dict[str, tuple[float, float]] = {}
     for cell in [*solution, WHOLE]:
         high = max((max(p.first_share, p.second_share) for p in independent if p.cell == cell), default=0.0)
