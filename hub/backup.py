@@ -41,10 +41,15 @@ from roster import COLUMNS, COURSE, COURSE_ID, INSTRUCTORS, LEARNERS  # noqa: E4
 PREFIX = Path(os.environ.get("SERVELAB_HUB_PREFIX", "/opt/servelab-hub"))
 
 
-def exchange_root() -> Path:
-    """nbgrader's exchange for the course, as hub/install.sh configured it."""
+def exchange_base() -> Path:
+    """nbgrader's exchange, as hub/install.sh configured it in the course environment."""
     text = (PREFIX / "venv" / "etc" / "jupyter" / "nbgrader_config.py").read_text()
-    return Path(text.split("c.Exchange.root = ")[1].split("\n")[0].strip("\"'")) / COURSE_ID
+    return Path(text.split("c.Exchange.root = ")[1].split("\n")[0].strip("\"'"))
+
+
+def exchange_root() -> Path:
+    """The course's folder in the exchange."""
+    return exchange_base() / COURSE_ID
 
 
 def members(group: str) -> list[str]:

@@ -101,7 +101,7 @@ def api(base: str, token: str, method: str, path: str, body: dict | None = None,
         return json.loads(text) if text else {}
 
 
-def _port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -120,7 +120,7 @@ def measure_server(chapters: list[str]) -> tuple[int, dict[str, int]]:
     shutil.chown(home, USER)
     for p in home.rglob("*"):
         shutil.chown(p, USER)
-    token, port = secrets.token_hex(16), _port()
+    token, port = secrets.token_hex(16), free_port()
     env = {"PATH": f"{PREFIX}/venv/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "JUPYTER_CONFIG_PATH": f"{PREFIX}/lab/learner", "SERVELAB_ROOT": f"{PREFIX}/root"}
     runuser = shutil.which("runuser") or "/usr/sbin/runuser"

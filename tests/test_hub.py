@@ -22,7 +22,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -44,6 +43,7 @@ PREFIX = Path(os.environ.get("SERVELAB_HUB_PREFIX", "/opt/servelab-hub"))
 CHROMIUM = Path(os.environ.get("SERVELAB_CHROMIUM", "/usr/bin/chromium"))
 CH = "ch01_continuous_batching"
 sys.path.insert(0, str(REPO / "hub"))
+import backup  # noqa: E402
 import roster  # noqa: E402
 import sizing  # noqa: E402
 from lab_page import JS_CHECK_OUTPUT, JS_RUN_CHECK  # noqa: E402
@@ -58,17 +58,6 @@ def _why_not() -> str | None:
 
 
 pytestmark = [pytestmark, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _exchange_root() -> Path:
-    text = (PREFIX / "venv" / "etc" / "jupyter" / "nbgrader_config.py").read_text()
-    return Path(text.split("c.Exchange.root = ")[1].split("\n")[0].strip("\"'"))
 
 
 def as_user(user: str, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -162,10 +151,10 @@ def course(tmp_path_factory):
             w.writerow([names[k], role, k.upper(), "E2e", f"{k}@example.org", passwords[k]])
     course_id = f"servelab-e2e-{tag}"
     env = {**os.environ, "SERVELAB_HUB_PREFIX": str(PREFIX), "SERVELAB_HUB_STATE": str(state),
-           "SERVELAB_HUB_PORT": str(_free_port()), "SERVELAB_HUB_API_PORT": str(_free_port()),
-           "SERVELAB_HUB_PROXY_API_PORT": str(_free_port()), "SERVELAB_HUB_API_TOKEN": secrets.token_hex(16),
+           "SERVELAB_HUB_PORT": str(sizing.free_port()), "SERVELAB_HUB_API_PORT": str(sizing.free_port()),
+           "SERVELAB_HUB_PROXY_API_PORT": str(sizing.free_port()), "SERVELAB_HUB_API_TOKEN": secrets.token_hex(16),
            "SERVELAB_COURSE_ID": course_id}
-    exchange = _exchange_root() / course_id
+    exchange = backup.exchange_base() / course_id
     hub = None
     try:
         made = subprocess.run([sys.executable, str(REPO / "hub" / "roster.py"), str(table)], env=env,
@@ -354,8 +343,8 @@ def test_limits_https_and_the_idle_culler_on_a_second_hub(course, tmp_path):
     assert made.returncode == 0, made.stderr
     state = tmp_path / "hub2"
     state.mkdir(mode=0o700)
-    env = {**course["env"], "SERVELAB_HUB_STATE": str(state), "SERVELAB_HUB_PORT": str(_free_port()),
-           "SERVELAB_HUB_API_PORT": str(_free_port()), "SERVELAB_HUB_PROXY_API_PORT": str(_free_port()),
+    env = {**course["env"], "SERVELAB_HUB_STATE": str(state), "SERVELAB_HUB_PORT": str(sizing.free_port()),
+           "SERVELAB_HUB_API_PORT": str(sizing.free_port()), "SERVELAB_HUB_PROXY_API_PORT": str(sizing.free_port()),
            "SERVELAB_HUB_SSL_CERT": str(cert), "SERVELAB_HUB_SSL_KEY": str(key),
            "SERVELAB_LEARNER_MEM": "1G", "SERVELAB_LEARNER_CPUS": "1", "SERVELAB_IDLE_TIMEOUT": "30"}
     hub = Hub(state, env)
