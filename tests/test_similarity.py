@@ -138,3 +138,21 @@ def test_the_command_over_nbgrader_submitted_layout(tmp_path, capsys):
     assert "bob" in printed.out and out.is_file()
     assert S.main(["ch99", "--submitted", str(tmp_path)]) == 2
     assert S.main(["ch12", "--submitted", str(tmp_path / "nothing")]) == 2
+
+
+def test_the_report_leaves_the_callers_figures_alone(tmp_path):
+    """copydetect draws on pyplot's current figure: a chapter's plot left open (constrained layout) must neither
+    break the report nor be drawn on or closed by it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mine = plt.figure(layout="constrained")
+    try:
+        a = "ch12_queueing_and_overload"
+        sol = S.solution_cells(nbformat.read(source_notebook(ROOT, a), as_version=4))
+        S.compare(ROOT, a, {"ada": sol, "bob": {c: disguise(s) for c, s in sol.items()}}, tmp_path / "r.html")
+        assert (tmp_path / "r.html").is_file()
+        assert plt.gcf() is mine and plt.fignum_exists(mine.number) and not mine.axes
+    finally:
+        plt.close(mine)

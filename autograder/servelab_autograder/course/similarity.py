@@ -215,6 +215,26 @@ def _copydetect():
     return CopyDetector
 
 
+def _report(detector) -> None:
+    """copydetect's HTML report, with the caller's pyplot figures out of its way: it draws on pyplot's current
+    figure and closes it, so a figure its caller left open (a chapter's plot with a constrained layout) would be
+    drawn on, break its colorbar, and be closed. pyplot keeps its open figures in Gcf (no public way to set them
+    aside); they are put back, the same one current."""
+    import matplotlib
+    from matplotlib._pylab_helpers import Gcf
+
+    kept = dict(Gcf.figs)
+    Gcf.figs.clear()
+    try:
+        with warnings.catch_warnings(), matplotlib.rc_context({"figure.constrained_layout.use": False,
+                                                               "figure.autolayout": False}):
+            warnings.simplefilter("ignore", DeprecationWarning)   # copydetect 0.5.0 reads its template so
+            detector.generate_html_report()
+    finally:
+        for number, manager in kept.items():
+            Gcf.figs[number] = manager
+
+
 def compare(root: Path, assignment: str, learners: dict[str, dict[str, str]], out: Path | None = None,
             threshold: float = THRESHOLD, min_tokens: int = MIN_TOKENS) -> list[Pair]:
     """The pairs above ``threshold``: ``learners`` maps a learner to {grade id: source of their solution cell}.
@@ -237,9 +257,7 @@ def compare(root: Path, assignment: str, learners: dict[str, dict[str, str]], ou
         listed = detector.get_copied_code_list()
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():   # copydetect 0.5.0 reads its template with a deprecated call
-                warnings.simplefilter("ignore", DeprecationWarning)
-                detector.generate_html_report()
+            _report(detector)
     pairs = []
     for first_share, second_share, first, second, *_ in listed:
         a, b = Path(first), Path(second)
