@@ -95,3 +95,17 @@ def test_the_numbers_cell_prints_this_learners_drills(chapter):
         assert f"{v.name}: {v.question(mine[v.name])}" in text
     with pytest.raises(AttributeError, match="has no number"):
         _ = mine[vs[0].name].no_such_number
+
+
+@pytest.mark.parametrize("chapter", DRAWN, ids=lambda c: c.short)
+def test_every_known_wrong_submission_that_must_lose_the_drills_loses_them_whoever_hands_it_in(chapter):
+    """A known-wrong patch whose ``fails:`` names the drills cell, re-run on other learners' numbers (the ids
+    test_autograde grades it as among them): the drills cell fails for each, whatever the draw."""
+    pitfalls = Pitfalls(chapter, paths.repo_root())
+    cell = chapter.drills.cell
+    for patch in (p for p in pitfalls.patches if cell in p.fails):
+        for who in [*LEARNERS[:3], f"wrong-{patch.name}"]:
+            ns = pitfalls.learner_namespace(patch.name, who)
+            verdict = grade_namespace(chapter, ns, 0, pitfalls=pitfalls, cells=[cell], learner=who)[cell]
+            numbers = {d.name: dict(d.numbers(who)) for d in chapter.drills.drills if d.variant}
+            assert not verdict.passed, f"{patch.name} keeps the drills for {who} on {numbers}"

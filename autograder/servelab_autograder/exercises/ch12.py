@@ -17,7 +17,7 @@ import math
 import random
 
 from servelab.analytic import queueing
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import DEFAULT, Shape, Spec
 
 ASSIGNMENT = "ch12_queueing_and_overload"
@@ -163,3 +163,60 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     None) in its place.
     Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): a spike above the capacity over a base load below it
+# (one that kills requests at the drawn timeout), a backlog rule that admits again below what is queued
+
+def _spike(rng) -> dict:
+    return {"spike": rng.randrange(70, 101, 10), "base": rng.randrange(15, 31, 5), "capacity": rng.randrange(35, 51, 5),
+            "seconds": rng.choice((60, 90, 120))}
+
+
+def _backoff(rng) -> dict:
+    """Enough retries that the doubling reaches the cap, so the cap counts."""
+    base, cap = rng.choice((0.1, 0.25, 0.5)), rng.choice((1.0, 1.5, 2.0, 4.0))
+    reach = next(r for r in range(1, 64) if base * 2 ** (r - 1) > cap)
+    return {"retries": reach + rng.randrange(0, 3), "base_s": base, "cap_s": cap}
+
+
+def _refusal(rng) -> dict:
+    """A backlog whose drain takes a fraction of a second more than whole seconds, so rounding up counts."""
+    line, rate = rng.randrange(10_000, 40_001, 5000), rng.randrange(8000, 24_001, 2000)
+    return {"queued": line + rate * rng.randrange(2, 10) + rng.randrange(1000, rate, 1000), "line": line, "rate": rate}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"ttft_s": 1.0, "prefill_ms": 150, "sigma": 0.8},
+                     lambda rng: {"ttft_s": rng.choice((0.5, 1.0, 2.0)), "prefill_ms": rng.choice((100, 150, 200)),
+                                  "sigma": rng.choice((0.5, 0.8, 1.0))},
+                     "the highest utilization for a p99 TTFT of {ttft_s} s with {prefill_ms} ms mean prefills, prompts "
+                     "log-normal with σ = {sigma}, and a prefill time proportional to the prompt's length (so the "
+                     "prefill times' cv² is the lengths')?"),
+    variants.Variant("drill_2", {"spike": 80, "base": 25, "capacity": 40, "seconds": 60}, _spike,
+                     "seconds to drain after a {seconds} s spike at {spike} requests/s into a capacity of "
+                     "{capacity}/s, base load {base}/s?"),
+    variants.Variant("drill_3", {"spike": 80, "base": 25, "capacity": 40, "seconds": 60, "timeout": 20},
+                     lambda rng: {**_spike(rng), "timeout": rng.choice((10, 20))},
+                     "requests served dead in a {seconds} s spike at {spike}/s into {capacity}/s (base load "
+                     "{base}/s) with a {timeout} s client timeout?"),
+    variants.Variant("drill_4", {"prompt": 3000, "rate": 12_000, "deadline_s": 2},
+                     lambda rng: {"prompt": rng.randrange(1000, 6001, 500), "rate": rng.randrange(8000, 20_001, 2000),
+                                  "deadline_s": rng.choice((1, 2, 3))},
+                     "the largest backlog (prompt tokens) at which a {prompt:,}-token prompt is still admitted, "
+                     "{rate:,} tokens/s of prefill and a {deadline_s} s deadline?"),
+    variants.Variant("drill_5", {"retries": 5, "base_s": 0.25, "cap_s": 1.5},
+                     _backoff,
+                     "the longest a client can spend backing off over {retries} retries with base {base_s} s and cap "
+                     "{cap_s} s?"),
+    variants.Variant("drill_6", {"queued": 90_000, "line": 30_000, "rate": 16_000},
+                     _refusal,
+                     "the Retry-After (seconds, before the server's jitter) of a refusal with {queued:,} prompt tokens "
+                     "queued, a rule that admits again below {line:,} and {rate:,} tokens/s of prefill?"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.sigma`` and so on."""
+    return variants.show(DRILLS, who)

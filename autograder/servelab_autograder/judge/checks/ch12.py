@@ -147,21 +147,23 @@ def _retry_after_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
+V = {v.name: v for v in ch12.DRILLS}    # each drill's numbers, drawn per learner: queueing numbers, no single step
+_NO_STEP = lambda n: ()  # noqa: E731
+
+
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "highest utilization for a p99 TTFT of 1 s, 150 ms mean prefills, log-normal prompts (sigma 0.8) "
-          "whose prefill time is proportional to their length",
-          lambda: queueing.utilization_limit(1.0, 0.15, LOGNORMAL_08), abs_tol=0.001),
-    Drill("drill_2", "seconds to drain after a 60 s spike at 80/s into 40/s, base load 25/s",
-          lambda: queueing.drain_time(80, 25, 40, 60), abs_tol=0.05),
-    Drill("drill_3", "requests served dead in that spike with a 20 s client timeout",
-          lambda: queueing.dead_requests(80, 25, 40, 60, 20), abs_tol=0.5),
-    Drill("drill_4", "largest backlog in prompt tokens at which a 3,000-token prompt is admitted (12,000 tokens/s, "
-          "2 s deadline)", lambda: 12_000 * 2 - 3_000, abs_tol=0.5),
-    Drill("drill_5", "longest total backoff over 5 retries, base 0.25 s, cap 1.5 s",
-          lambda: sum(queueing.retry_delay(a, 0.25, 1.5) for a in range(5)), abs_tol=0.001),
-    Drill("drill_6", "the Retry-After, before the server's jitter, of a refusal with 90,000 prompt tokens queued, "
-          "a rule admitting again below 30,000 and 16,000 tokens/s of prefill",
-          lambda: queueing.retry_after(90_000, 30_000, 16_000), abs_tol=0.5),
+    Drill("drill_1", "", variant=V["drill_1"], abs_tol=0.001, points=_NO_STEP,
+          answer=lambda n: queueing.utilization_limit(n.ttft_s, n.prefill_ms / 1e3, math.exp(n.sigma ** 2) - 1)),
+    Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.05, points=_NO_STEP,
+          answer=lambda n: queueing.drain_time(n.spike, n.base, n.capacity, n.seconds)),
+    Drill("drill_3", "", variant=V["drill_3"], abs_tol=0.5, points=_NO_STEP,
+          answer=lambda n: queueing.dead_requests(n.spike, n.base, n.capacity, n.seconds, n.timeout)),
+    Drill("drill_4", "", variant=V["drill_4"], abs_tol=0.5, points=_NO_STEP,
+          answer=lambda n: n.rate * n.deadline_s - n.prompt),
+    Drill("drill_5", "", variant=V["drill_5"], abs_tol=0.001, points=_NO_STEP,
+          answer=lambda n: sum(queueing.retry_delay(a, n.base_s, n.cap_s) for a in range(n.retries))),
+    Drill("drill_6", "", variant=V["drill_6"], abs_tol=0.5, points=_NO_STEP,
+          answer=lambda n: queueing.retry_after(n.queued, n.line, n.rate)),
 ), read=lambda value, name: ch12.common.as_float(value, name, ch12.common.short_repr(12, 120), finite=True))
 
 
@@ -169,6 +171,7 @@ CHAPTER = Chapter(
     assignment=ch12.ASSIGNMENT,
     prelude="import math\nimport random\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.queueing:{n}" for n in (
         "mg1_mean_wait", "wait_quantile", "ttft_quantile", "utilization_limit", "drain_time", "dead_requests",
         "admit_by_deadline", "retry_delay", "retry_after")),
