@@ -26,10 +26,8 @@ __all__ = [
     "AWQ_GROUP_SIZE",
     "attention_variant",
     "experts_touched",
-    "expert_bytes",
     "int4_weight_bytes",
     "kv_bytes_per_gpu",
-    "moe_layers",
     "moe_ridge_batch",
     "sixteen_bit_params",
     "step_weight_bytes",
@@ -89,7 +87,7 @@ def experts_touched(num_experts: int, experts_per_token: int, num_tokens: int) -
     1 - k/E, all n with (1 - k/E)^n, so E (1 - (1 - k/E)^n). Not min(E, n k): tokens share experts.
 
     >>> round(experts_touched(256, 8, 32), 1), experts_touched(8, 2, 0)
-    (160.3, 0.0)
+    (163.3, 0.0)
     """
     e = _count("num_experts", num_experts, 1)
     k = _count("experts_per_token", experts_per_token, 1)
@@ -99,32 +97,22 @@ def experts_touched(num_experts: int, experts_per_token: int, num_tokens: int) -
     return e * (1.0 - (1.0 - k / e) ** n)
 
 
-def moe_layers(model: ModelSpec) -> int:
-    """Layers with routed experts: all but the first `first_k_dense_layers` (DeepSeek-V3's first 3 are dense); 0
-    for a dense model."""
-    return model.num_layers - model.first_k_dense_layers if model.num_experts else 0
-
-
-def expert_bytes(model: ModelSpec) -> float:
-    """One routed expert's weights in one layer: gate, up and down projections, 3 x hidden x moe_intermediate_size
-    parameters, at the model's bytes per parameter."""
-    return 3 * model.hidden_size * model.moe_intermediate_size * model.bytes_per_param
-
-
 def step_weight_bytes(model: ModelSpec, num_tokens: int) -> float:
     """Bytes of weights one step over `num_tokens` tokens reads: everything but the routed experts once (attention,
     the dense layers, the shared experts, embeddings, LM head), and in each MoE layer the experts the batch touches
-    (`experts_touched`) at `expert_bytes` each. A dense model reads all its weights.
+    (`experts_touched`), each `model.expert_params` weights. A dense model reads all its weights. The same bytes as
+    `ModelSpec.weight_bytes_read`, written out from the fields.
 
-    DeepSeek-V3 in fp8, 32 decoding sequences: 160.3 of 256 experts in each of 58 MoE layers, 436 GB of 671 GB.
+    >>> from servelab.analytic.specs import MIXTRAL_8X7B
+    >>> round(step_weight_bytes(MIXTRAL_8X7B, 1) / 1e9, 2), round(step_weight_bytes(MIXTRAL_8X7B, 8) / 1e9, 2)
+    (25.76, 84.38)
     """
     num_tokens = _count("num_tokens", num_tokens, 1)
     if not model.num_experts:
         return model.weight_bytes
-    layers = moe_layers(model)
-    routed = layers * model.num_experts * expert_bytes(model)
+    layers, one = model.num_moe_layers, model.expert_params * model.bytes_per_param
     touched = experts_touched(model.num_experts, model.experts_per_token, num_tokens)
-    return model.weight_bytes - routed + layers * touched * expert_bytes(model)
+    return model.weight_bytes - layers * model.num_experts * one + layers * touched * one
 
 
 def moe_ridge_batch(model: ModelSpec, gpu: GPUSpec, context_len: int, limit: int = 1 << 20) -> int | float:
@@ -133,8 +121,10 @@ def moe_ridge_batch(model: ModelSpec, gpu: GPUSpec, context_len: int, limit: int
     until every expert is touched, so the ridge is found by search, not chapter 9's closed form w / (f - m)."""
     context_len = _count("context_len", context_len, 0)
 
-    def bound(b: int) -> bool:
-        return costmodel.step_cost(model, gpu, decode_context_lens=[context_len] * b).bound == "compute"
+    def bound(b: int) -> bool:          # `costmodel.step_cost` of b decodes at context_len, from its totals
+        cost = costmodel.cost_from_totals(model, gpu, num_tokens=b, num_seqs=b, attention_pairs=b * (context_len + 1),
+                                          kv_read_tokens=b * context_len)
+        return cost.bound == "compute"
 
     if not bound(limit):
         return math.inf

@@ -6,7 +6,7 @@ without replacement as a router's top-k over noisy scores would). `sample_routin
 experts touched and the busiest expert's tokens over the mean of the touched ones (the load imbalance an
 expert-parallel layer waits on). `simulate_moe_decode` prices decode steps of a batch with the sampled weight reads:
 the step's compute and KV from `costmodel.step_cost`, its weight bytes from the sampled experts instead of the
-expected ones. Uniform routing matches `moe_mla.experts_touched` and `model.weight_bytes_read` on average.
+expected ones. Uniform routing matches `analytic.moe_mla.experts_touched` and `model.weight_bytes_read` on average.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.analytic import costmodel, moe_mla
+from servelab.analytic import costmodel
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 
 __all__ = ["MoEDecode", "Routing", "sample_routing", "simulate_moe_decode"]
@@ -68,8 +68,8 @@ def simulate_moe_decode(model: ModelSpec, gpu: GPUSpec, batch: int, context_len:
     step reads the weights outside the routed experts once and the experts its tokens touched in each layer. The
     model is priced as given (pass a priced or sharded model for fp8 weights or a TP shard)."""
     cost = costmodel.step_cost(model, gpu, decode_context_lens=[context_len] * batch)
-    layers = moe_mla.moe_layers(model)
-    per_expert = moe_mla.expert_bytes(model)
+    layers = model.num_moe_layers
+    per_expert = model.expert_params * model.bytes_per_param
     rest = model.weight_bytes - layers * model.num_experts * per_expert if layers else model.weight_bytes
     kv = cost.kv_read_bytes + cost.kv_write_bytes
     weights = np.empty(steps)
