@@ -71,7 +71,8 @@ def _quantization() -> list[Claim]:
 
     keep = moe_mla.sixteen_bit_params(LLAMA3_8B)
     out = [
-        Claim(A, "cell-07", "fp8 fleet apart", fp8["apart"], f"({base['apart']} GPUs to {{}} priced apart", None, FLEET),
+        Claim(A, "cell-07", "fp8 fleet apart", fp8["apart"], f"({base['apart']} GPUs to {{}} priced apart", None,
+              FLEET),
         Claim(A, "cell-07", "fp8 fleet mixed", fp8["mixed"], f"{base['mixed']} to {{}} mixed", None, FLEET),
         Claim(A, "cell-07", "fp8 prefill a token, us", fp8["prefill"] * 1e6, "costs {:.2f} us a prompt", pre("fp8")),
         Claim(A, "cell-07", "bf16 prefill a token, us", base["prefill"] * 1e6, "instead of {:.2f}", pre()),

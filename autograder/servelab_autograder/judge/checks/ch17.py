@@ -42,6 +42,10 @@ SMALL_MLA_MOE = dataclasses.replace(DEEPSEEK_V3, name="a small MLA MoE", num_lay
                                     first_k_dense_layers=2, kv_lora_rank=160, q_lora_rank=0, qk_rope_head_dim=32,
                                     head_dim=96, v_head_dim=64)
 
+# a toy model of a few hundred bytes, so a result's fractional byte is not lost in a float's last digits
+TINY = dataclasses.replace(LLAMA3_8B, name="a toy model", num_layers=1, hidden_size=8, num_heads=2, num_kv_heads=1,
+                           head_dim=4, intermediate_size=12, vocab_size=3)
+
 
 def _dtype(model, w="bf16", kv="bf16"):
     return serving.priced(model, H200, weight_dtype=w, kv_dtype=kv)[0]
@@ -66,7 +70,8 @@ def _int4_fixed():
     return [case("int4_weight_bytes", LLAMA3_8B, 128), case("int4_weight_bytes", MIXTRAL_8X7B, 128),
             case("int4_weight_bytes", LLAMA3_8B, 32), case("int4_weight_bytes", DEEPSEEK_V3, 128),
             case("int4_weight_bytes", TIED, 128), case("int4_weight_bytes", SMALL_MLA_MOE, 64),
-            case("int4_weight_bytes", LLAMA2_7B, 1), case("int4_weight_bytes", LLAMA3_8B, 7)]
+            case("int4_weight_bytes", LLAMA2_7B, 1), case("int4_weight_bytes", LLAMA3_8B, 7),
+            case("int4_weight_bytes", TINY, 7), case("int4_weight_bytes", TINY, 3)]
 
 
 def _int4_random(rng: random.Random):
@@ -79,10 +84,9 @@ def _int4_random(rng: random.Random):
 
 
 def _touched_fixed():
-    return [case("experts_touched", 256, 8, 64), case("experts_touched", 8, 2, 1), case("experts_touched", 8, 2, 8),
-            case("experts_touched", 256, 8, 0), case("experts_touched", 256, 8, 16), case("experts_touched", 256, 8, 32),
-            case("experts_touched", 8, 8, 3), case("experts_touched", 1, 1, 5), case("experts_touched", 160, 6, 1),
-            case("experts_touched", 64, 4, 1000), case("experts_touched", 8, 2, 2)]
+    return [case("experts_touched", *args) for args in (
+        (256, 8, 64), (8, 2, 1), (8, 2, 8), (256, 8, 0), (256, 8, 16), (256, 8, 32), (8, 8, 3), (1, 1, 5), (160, 6, 1),
+        (64, 4, 1000), (8, 2, 2))]
 
 
 def _touched_random(rng: random.Random):
