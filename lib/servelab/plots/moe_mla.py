@@ -31,6 +31,7 @@ def plot_weights_read(batches: Sequence[int], lines: Mapping[str, Sequence[float
             raise ValueError(f"sampled {label!r} has {len(ys)} values for {len(x)} batch sizes")
         ax.plot(x, np.asarray(ys, dtype=float) * 100, ls="none", marker="o", ms=4, mfc="none", label=label)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(x, [str(int(b)) for b in batches])
     ax.set_ylim(0, 105)
     ax.set_xlabel("decoding sequences in the step")
     ax.set_ylabel("weights read a step (% of all)")

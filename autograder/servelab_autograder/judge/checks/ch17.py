@@ -166,7 +166,8 @@ DRILLS = Drills("test_drills", (
 
 CHAPTER = Chapter(
     assignment=ch17.ASSIGNMENT,
-    prelude="from servelab.analytic import capacity, costmodel, disaggregation, kv_tiers, moe_mla, serving\n"
+    prelude="import math\n\nimport numpy as np\n\n"
+            "from servelab.analytic import capacity, costmodel, disaggregation, kv_tiers, moe_mla, serving\n"
             "from servelab.analytic.specs import DEEPSEEK_V3, H100_SXM, H200, LLAMA3_8B, MIXTRAL_8X7B\n"
             "DS_FP8 = serving.priced(DEEPSEEK_V3, H200, weight_dtype=\"fp8\")[0]\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
