@@ -51,7 +51,7 @@ def _lever(w: str, kv: str) -> dict:
     full = Q4_PROMPT + round(Q4_OUT * Q4_PROMPT / Q4_IN)
     batch = capacity.kv_ceiling(pm, H100_SXM, full)
     return dict(pm=pm, pg=pg, ceiling=capacity.kv_ceiling(pm, H100_SXM, 2048),
-                ridge=capacity.compute_ridge_batch(pm, pg, 256),
+                ridge=capacity.compute_ridge_batch(pm, pg, 256), knee=capacity.budget_knee(pm, pg, 64, 2048),
                 step=serving.check(ServingPoint.decode(LLAMA3_8B, H100_SXM, 64, 2048, weight_dtype=w,
                                                        kv_dtype=kv)).step_s,
                 prefill=capacity.prefill_s_per_token(pm, pg, Q4_PROMPT),
@@ -69,6 +69,10 @@ def _quantization() -> list[Claim]:
     def pre(w="bf16"):
         return ServingPoint(LLAMA3_8B, H100_SXM, prefill_chunks=(Q4_PROMPT,) * 4, weight_dtype=w)
 
+    def knee(w, budget):          # the knee's step: 64 decodes at 2,048 and the chunk that fills the budget
+        return ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(2048,) * 64, prefill_chunks=(budget - 64,),
+                            weight_dtype=w)
+
     keep = moe_mla.sixteen_bit_params(LLAMA3_8B)
     out = [
         Claim(A, "cell-07", "fp8 fleet apart", fp8["apart"], f"({base['apart']} GPUs to {{}} priced apart", None,
@@ -85,6 +89,9 @@ def _quantization() -> list[Claim]:
         Claim(A, "cell-07", "bf16 KV ceiling", base["ceiling"], "ceiling ({} to", dec(b=base["ceiling"], ctx=2047)),
         Claim(A, "cell-07", "fp8 KV ceiling", kv8["ceiling"], "to {} sequences",
               dec(kv="fp8", b=kv8["ceiling"], ctx=2047)),
+        Claim(A, "cell-07", "bf16 knee", base["knee"], "from {} to", knee("bf16", base["knee"])),
+        Claim(A, "cell-07", "fp8 knee", fp8["knee"], "to {:,} tokens", knee("fp8", fp8["knee"])),
+        Claim(A, "cell-07", "int4 knee", int4["knee"], "pulls it to {} (", knee("int4", int4["knee"])),
         Claim(A, "cell-07", "fp8 both: ridge", both["ridge"], "back at {}.",
               dec("fp8", "fp8", b=both["ridge"], ctx=255)),
         Claim(A, "cell-07", "int4 Llama-3-8B, GB", moe_mla.int4_weight_bytes(LLAMA3_8B, 128) / 1e9, "it is {:.2f} GB",
