@@ -16,7 +16,7 @@ import math
 
 from servelab.analytic import moe_mla
 from servelab.analytic.costmodel import ModelSpec
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Spec
 
 ASSIGNMENT = "ch17_quantization_moe_mla"
@@ -98,3 +98,27 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, None, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants), in ranges where each point runs (serving.check:
+# DeepSeek-V3 with fp8 weights on 8 or more H200s, Mixtral-8x7B on one) and each known wrong answer stays wrong
+# (at least 4 sequences, so n x k and the expected count part; at least TP8, so a latent split by TP is visibly off)
+
+DRILLS = (
+    variants.Variant("drill_1", {"batch": 24}, lambda rng: {"batch": rng.randrange(4, 97, 4)},
+                     "the experts of DeepSeek-V3's 256 (8 a token) that a decode step of {batch} sequences touches "
+                     "in each MoE layer"),
+    variants.Variant("drill_2", {"batch": 4}, lambda rng: {"batch": rng.randrange(2, 7)},
+                     "the GB of weights one decode step of {batch} sequences of Mixtral-8x7B in bf16 reads"),
+    variants.Variant("drill_3", {"kv_dtype": "fp8", "tp": 8},
+                     lambda rng: {"kv_dtype": rng.choice(("fp8", "bf16")), "tp": rng.choice((8, 16, 32))},
+                     "the KV of one token on each GPU of DeepSeek-V3 with a {kv_dtype} KV cache under TP{tp}, in KiB"),
+    variants.Variant("drill_4", {"group": 128}, lambda rng: {"group": rng.choice((32, 64, 256))},
+                     "the GB an int4 checkpoint of Mixtral-8x7B with groups of {group} weights (AWQ's layout) takes"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.batch`` and so on."""
+    return variants.show(DRILLS, who)

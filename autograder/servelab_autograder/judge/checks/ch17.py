@@ -13,7 +13,9 @@ What the sandbox's library lacks while this chapter grades (``references``), and
 
 The walkthrough's cells that run the library or the simulator (the weights-read picture, the dtype table, the MoE
 steps, the sampled routing, the MLA table) are demos: not run while grading. setup_1 (imports) runs as it is; the
-fp8 DeepSeek-V3 the visible asserts use (``DS_FP8``) comes from the prelude.
+fp8 DeepSeek-V3 the visible asserts use (``DS_FP8``) comes from the prelude. The drills are drawn per learner
+(``exercises.variants``): ``setup_drills`` prints the learner's numbers, and each drill is judged on the numbers of
+the student id being graded.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import random
 
 from servelab.analytic import moe_mla as mm
 from servelab.analytic import serving
+from servelab.analytic.serving import ServingPoint
 from servelab.analytic.specs import DEEPSEEK_V3, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, MIXTRAL_8X7B
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch17
@@ -134,33 +137,45 @@ def _kv_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1 = (256, 8, 24)
-DS_FP8_KV = serving.priced(DEEPSEEK_V3, H200, kv_dtype="fp8")[0]
-D2 = 4
+V1, V2, V3, V4 = ch17.DRILLS     # each drill's numbers, drawn per learner
+
+
+def _ds_kv(n):
+    return serving.priced(DEEPSEEK_V3, H200, kv_dtype=n.kv_dtype)[0]
+
+
+def _d3(n, divide=1024) -> float:
+    return mm.kv_bytes_per_gpu(_ds_kv(n), n.tp) / divide
+
+
+def _sixteen(model) -> int:
+    return mm.sixteen_bit_params(model)
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "experts of DeepSeek-V3's 256 a decode step of 24 sequences touches in each MoE layer",
-          lambda: mm.experts_touched(*D1), rel_tol=0.002,
-          hints=((min(256, 24 * 8), _pitfall("touched_ignores_collisions")),
-                 (256 * (1 - (1 - 1 / 256) ** (24 * 8)), _pitfall("touched_picks_repeat")))),
-    Drill("drill_2", "GB of weights one decode step of 4 Mixtral-8x7B sequences reads (bf16)",
-          lambda: mm.step_weight_bytes(MIXTRAL_8X7B, D2) / 1e9, rel_tol=0.002,
-          hints=((MIXTRAL_8X7B.active_params * 2 / 1e9, _pitfall("step_reads_active_only")),
-                 (MIXTRAL_8X7B.weight_bytes / 1e9, "That is all the weights: 4 tokens touch fewer than 8 experts."))),
-    Drill("drill_3", "KiB of KV a token on each GPU of DeepSeek-V3 with an fp8 KV cache under TP8",
-          lambda: mm.kv_bytes_per_gpu(DS_FP8_KV, 8) / 1024, rel_tol=0.002,
-          hints=((mm.kv_bytes_per_gpu(DS_FP8_KV, 8) / 8192, _pitfall("kv_latent_split_by_tp")),
-                 (2 * mm.kv_bytes_per_gpu(DS_FP8_KV, 8) / 1024, _pitfall("kv_latent_as_k_and_v")),
-                 (mm.kv_bytes_per_gpu(DS_FP8_KV, 8) / 1000, _pitfall("drills_kib_as_1000")))),
-    Drill("drill_4", "GB of an int4 (AWQ, group 128) checkpoint of Mixtral-8x7B",
-          lambda: mm.int4_weight_bytes(MIXTRAL_8X7B, 128) / 1e9, rel_tol=0.001,
-          hints=((MIXTRAL_8X7B.param_count * (0.5 + 2.5 / 128) / 1e9, _pitfall("int4_quantizes_lm_head")),
-                 ((MIXTRAL_8X7B.param_count - mm.sixteen_bit_params(MIXTRAL_8X7B)) * 0.5 / 1e9
-                  + 2 * mm.sixteen_bit_params(MIXTRAL_8X7B) / 1e9, _pitfall("int4_no_group_scales")),
-                 (MIXTRAL_8X7B.param_count * 0.5 / 1e9,
-                  "Half a byte a parameter is the serving model's plain figure: add the group scales and the "
-                  "16-bit rest."))),
+    Drill("drill_1", "", variant=V1, answer=lambda n: mm.experts_touched(256, 8, n.batch), rel_tol=0.002,
+          points=lambda n: (ServingPoint.decode(DEEPSEEK_V3, H200, n.batch, 2048, weight_dtype="fp8", tp=8),),
+          hints=lambda n: ((min(256, n.batch * 8), _pitfall("touched_ignores_collisions")),
+                           (256 * (1 - (1 - 1 / 256) ** (n.batch * 8)), _pitfall("touched_picks_repeat")))),
+    Drill("drill_2", "", variant=V2, answer=lambda n: mm.step_weight_bytes(MIXTRAL_8X7B, n.batch) / 1e9,
+          rel_tol=0.002, points=lambda n: (ServingPoint.decode(MIXTRAL_8X7B, H200, n.batch, 2048),),
+          hints=lambda n: ((MIXTRAL_8X7B.active_params * 2 / 1e9, _pitfall("step_reads_active_only")),
+                           (MIXTRAL_8X7B.weight_bytes / 1e9,
+                            "That is all the weights: so few tokens touch fewer than 8 experts."))),
+    Drill("drill_3", "", variant=V3, answer=_d3, rel_tol=0.002,
+          points=lambda n: (ServingPoint.decode(DEEPSEEK_V3, H200, 1, 2048, weight_dtype="fp8", kv_dtype=n.kv_dtype,
+                                                tp=n.tp),),
+          hints=lambda n: ((_d3(n) / n.tp, _pitfall("kv_latent_split_by_tp")),
+                           (2 * _d3(n), _pitfall("kv_latent_as_k_and_v")),
+                           (_d3(n, 1000), _pitfall("drills_kib_as_1000")))),
+    Drill("drill_4", "", variant=V4, answer=lambda n: mm.int4_weight_bytes(MIXTRAL_8X7B, n.group) / 1e9,
+          rel_tol=0.001, points=lambda n: (ServingPoint.decode(MIXTRAL_8X7B, H200, 1, 2048, weight_dtype="int4"),),
+          hints=lambda n: ((MIXTRAL_8X7B.param_count * (0.5 + 2.5 / n.group) / 1e9, _pitfall("int4_quantizes_lm_head")),
+                           ((MIXTRAL_8X7B.param_count - _sixteen(MIXTRAL_8X7B)) * 0.5 / 1e9
+                            + 2 * _sixteen(MIXTRAL_8X7B) / 1e9, _pitfall("int4_no_group_scales")),
+                           (MIXTRAL_8X7B.param_count * 0.5 / 1e9,
+                            "Half a byte a parameter is the serving model's plain figure: add the group scales and the "
+                            "16-bit rest."))),
 ), read=lambda value, name: ch17.common.as_float(value, name, ch17.common.short_repr(12, 120), finite=True))
 
 
@@ -171,6 +186,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.specs import DEEPSEEK_V3, H100_SXM, H200, LLAMA3_8B, MIXTRAL_8X7B\n"
             "DS_FP8 = serving.priced(DEEPSEEK_V3, H200, weight_dtype=\"fp8\")[0]\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.moe_mla:{n}" for n in (
         "int4_weight_bytes", "experts_touched", "step_weight_bytes", "kv_bytes_per_gpu")),
     exercises=(
