@@ -38,6 +38,7 @@ from servelab.simulator.disaggregated import SplitResult, simulate_split  # noqa
 from servelab.simulator.fair import Priority, TokenFair
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
+from servelab.simulator.moe import sample_routing, simulate_moe_decode  # noqa: F401 (chapter 17)
 from servelab.simulator.ordered import Ordered
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
