@@ -19,7 +19,7 @@ import math
 from servelab.analytic import costmodel, fairness
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab.analytic.fairness import TokenWeights
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch13_fairness_and_priority"
@@ -166,3 +166,52 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, None, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): Llama-3.1-8B on one H100, every step's KV within its
+# cache (468,102 tokens), chats that leave the batch class room under the target, a document that pays more than
+# its output
+
+def _mixed(rng) -> dict:
+    while True:
+        d = {"chats": rng.randrange(32, 129, 16), "chat_ctx": rng.randrange(1000, 3001, 500),
+             "batch": rng.randrange(4, 17, 2), "batch_ctx": rng.randrange(8000, 32_001, 4000)}
+        if d["chats"] * d["chat_ctx"] + d["batch"] * d["batch_ctx"] <= 440_000:
+            return d
+
+
+def _quota(rng) -> dict:
+    while True:
+        # targets tight enough that the step's time, not the cache, sets the quota
+        d = {"target_ms": rng.choice((15, 20)), "chats": rng.randrange(32, 97, 16),
+             "chat_ctx": rng.randrange(1000, 2001, 500), "batch_ctx": rng.choice((16_000, 24_000, 32_000))}
+        if d["chats"] * d["chat_ctx"] <= 150_000:
+            return d
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"chats": 96, "chat_ctx": 1500, "batch": 12, "batch_ctx": 24000}, _mixed,
+                     "the interactive TPOT in ms with {chats} chats at {chat_ctx:,} tokens and {batch} batch sequences "
+                     "at {batch_ctx:,} tokens in each decode step"),
+    variants.Variant("drill_2", {"target_ms": 20, "chats": 96, "chat_ctx": 1500, "batch_ctx": 24000}, _quota,
+                     "the batch class's KV quota in tokens for a {target_ms} ms TPOT target beside {chats} chats at "
+                     "{chat_ctx:,} tokens, batch sequences of {batch_ctx:,} tokens"),
+    variants.Variant("drill_3", {"share_pct": 90, "chat_prompt": 500, "chat_out": 300, "doc_out": 300},
+                     lambda rng: {"share_pct": rng.choice((60, 75, 80, 90)),
+                                  "chat_prompt": rng.randrange(200, 1001, 100),
+                                  "chat_out": rng.randrange(200, 501, 100), "doc_out": rng.randrange(100, 201, 50)},
+                     "the document prompt length (tokens, output {doc_out}) that gets {share_pct}% of the GPU under "
+                     "request turns beside chat requests of {chat_prompt} prompt and {chat_out} output tokens, at the "
+                     "prices of `token_weights(LLAMA31_8B, H100_SXM, 2000, 64, 2000)`"),
+    variants.Variant("drill_4", {"prompt": 2000, "batch": 32, "context": 4000},
+                     lambda rng: {"prompt": rng.randrange(1000, 4001, 500), "batch": rng.randrange(16, 65, 8),
+                                  "context": rng.randrange(1000, 4001, 500)},
+                     "how many prompt tokens one output token costs, for prompts of {prompt:,} tokens and decode steps "
+                     "of {batch} sequences at {context:,} tokens (`token_weights`)"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.chats`` and so on."""
+    return variants.show(DRILLS, who)

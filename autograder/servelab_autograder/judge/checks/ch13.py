@@ -25,6 +25,7 @@ import random
 from servelab.analytic import costmodel, fairness
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B
 from servelab.analytic.fairness import TokenWeights, token_weights
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch13
 from servelab_autograder.judge import known_wrong
@@ -162,35 +163,51 @@ def _pick_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1 = (96, 1500, 12, 24000)      # 432,000 tokens of KV: within an H100's 468,102
-D2 = (0.020, 96, 1500, 24000)   # the target binds (9 sequences; the cache would hold 13)
-D3_SHARE, D3_CHAT, D3_OUT = 0.9, (500, 300), 300
-D4 = (2000, 32, 4000)
+V = {v.name: v for v in ch13.DRILLS}    # each drill's numbers, drawn per learner
 
 
-def _d4_weights() -> TokenWeights:
-    return token_weights(M, G, *D4)
+def _d1(n) -> tuple:
+    return (n.chats, n.chat_ctx, n.batch, n.batch_ctx)
+
+
+def _d2(n) -> tuple:
+    return (n.target_ms / 1e3, n.chats, n.chat_ctx, n.batch_ctx)
+
+
+def _d3(n) -> float:
+    return fairness.document_len_for_share(n.share_pct / 100, (n.chat_prompt, n.chat_out), n.doc_out,
+                                           roofline_weights())
+
+
+def _d4_weights(n) -> TokenWeights:
+    return token_weights(M, G, n.prompt, n.batch, n.context)
+
+
+def _chats(n, batch: int = 0) -> ServingPoint:
+    return ServingPoint(M, G, decode_contexts=(n.chat_ctx,) * n.chats + (n.batch_ctx,) * batch)
 
 
 _MS_HINT = "That is the TPOT in seconds: the drill asks for milliseconds."
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", f"interactive TPOT in ms, {D1[0]} chats at {D1[1]} tokens beside {D1[2]} batch sequences at "
-          f"{D1[3]} tokens", lambda: fairness.interactive_tpot(M, G, *D1) * 1e3, rel_tol=0.002,
-          hints=((fairness.interactive_tpot(M, G, *D1), _MS_HINT),
-                 (fairness.interactive_tpot(M, G, D1[0], D1[1], 0, 0) * 1e3, _pitfall("tpot_ignores_batch")))),
-    Drill("drill_2", f"the batch class's KV quota in tokens for a {D2[0] * 1e3:g} ms target beside {D2[1]} chats at "
-          f"{D2[2]} tokens, batch sequences of {D2[3]} tokens", lambda: fairness.batch_kv_quota(M, G, *D2),
-          hints=((fairness.batch_kv_quota(M, G, D2[0], 0, 0, D2[3]), _pitfall("quota_ignores_interactive")),
-                 (fairness.batch_kv_quota(M, G, *D2) // D2[3], _pitfall("quota_in_sequences")))),
-    Drill("drill_3", f"the document prompt length that gets {D3_SHARE:.0%} of the GPU under request turns beside "
-          f"chats of {D3_CHAT}", lambda: fairness.document_len_for_share(D3_SHARE, D3_CHAT, D3_OUT,
-                                                                          roofline_weights()), rel_tol=0.01,
-          hints=((D3_SHARE / (1 - D3_SHARE) * sum(D3_CHAT) - D3_OUT, _pitfall("shares_weight_alike")),)),
-    Drill("drill_4", f"prompt tokens one output token costs (prompts of {D4[0]}, decode batch {D4[1]} at {D4[2]})",
-          lambda: _d4_weights().decode_s / _d4_weights().prefill_s, rel_tol=0.01,
-          hints=((1.0, _pitfall("shares_weight_alike")),
-                 (_d4_weights().prefill_s / _d4_weights().decode_s, _pitfall("drills_ratio_flipped")))),
+    Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: fairness.interactive_tpot(M, G, *_d1(n)) * 1e3,
+          rel_tol=0.002, points=lambda n: (_chats(n, n.batch),),
+          hints=lambda n: ((fairness.interactive_tpot(M, G, *_d1(n)), _MS_HINT),
+                           (fairness.interactive_tpot(M, G, n.chats, n.chat_ctx, 0, 0) * 1e3,
+                            _pitfall("tpot_ignores_batch")))),
+    Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: fairness.batch_kv_quota(M, G, *_d2(n)),
+          points=lambda n: (_chats(n, fairness.batch_kv_quota(M, G, *_d2(n)) // n.batch_ctx),),
+          hints=lambda n: ((fairness.batch_kv_quota(M, G, n.target_ms / 1e3, 0, 0, n.batch_ctx),
+                            _pitfall("quota_ignores_interactive")),
+                           (fairness.batch_kv_quota(M, G, *_d2(n)) // n.batch_ctx, _pitfall("quota_in_sequences")))),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=lambda n: (),
+          hints=lambda n: ((n.share_pct / (100 - n.share_pct) * (n.chat_prompt + n.chat_out) - n.doc_out,
+                            _pitfall("shares_weight_alike")),)),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _d4_weights(n).decode_s / _d4_weights(n).prefill_s,
+          rel_tol=0.01, points=lambda n: (ServingPoint.decode(M, G, n.batch, n.context),
+                                          ServingPoint(M, G, prefill_chunks=(n.prompt,))),
+          hints=lambda n: ((1.0, _pitfall("shares_weight_alike")),
+                           (_d4_weights(n).prefill_s / _d4_weights(n).decode_s, _pitfall("drills_ratio_flipped")))),
 ), read=lambda value, name: ch13.common.as_float(value, name, ch13.common.short_repr(12, 120), finite=True))
 
 
@@ -200,6 +217,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA31_8B\n"
             "from servelab.analytic.fairness import TokenWeights, token_weights\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.fairness:{n}" for n in (
         "interactive_tpot", "batch_kv_quota", "request_fair_shares", "document_len_for_share", "next_tenant",
         "VirtualTokenCounter.charge", "VirtualTokenCounter.activate", "VirtualTokenCounter.pick")),
