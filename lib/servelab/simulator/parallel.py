@@ -77,14 +77,14 @@ def simulate_tp_decode(requests: Requests, model: ModelSpec, gpu: GPUSpec, *, tp
         b, total = who.size, int(ctx.sum())
         rows, extra = b, 0.0
         if sizes is not None:
-            padded = parallelism.pad_to_graph(b, sizes)
+            padded = parallelism._pad(b, sizes)
             if padded is None:
                 extra, eager = eager_extra, eager + 1
             else:
                 rows, extra = padded, graph_extra
         # padding rows: decodes of an empty context, as `parallelism.graph_step` prices them
         step = (costmodel.roofline_s(shard, gpu, rows, rows, total + rows, total)
-                + parallelism.tp_comm_s(model, rows, tp, link.bandwidth, latency_s) + overhead_s + extra)
+                + parallelism._comm_s(model, rows, tp, link.bandwidth, latency_s) + overhead_s + extra)
         peak = max(peak, total + b)
         busy += step
         weighted += step * b
