@@ -177,10 +177,13 @@ def diagnose(specs: Mapping[str, Spec], atlas: Mapping[str, Mapping], fn, args, 
 
 
 def as_fields(obj, cls) -> dict:
-    """A dataclass instance (a ModelSpec, a GPUSpec) as the plain dict of its fields; a dict is kept as it is."""
+    """A dataclass instance (a ModelSpec, a GPUSpec) as the plain dict of its fields; a dict is kept as it is. A field
+    marked "omit at default" (a ModelSpec's experts and latent-KV fields) is left out while at its default, so a
+    dense model's case reads, and hashes, as it did before those fields existed."""
     if isinstance(obj, dict):
         return obj
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)
+            if not (f.metadata.get("plain") == "omit at default" and getattr(obj, f.name) == f.default)}
 
 
 def model_and_gpu() -> dict:

@@ -20,12 +20,29 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from servelab.analytic.specs import (  # noqa: F401 - what the course imports from here
+    A100_PCIE,
+    DEEPSEEK_V3,
+    H100_SXM,
+    H200,
+    LLAMA2_7B,
+    LLAMA3_8B,
+    LLAMA31_8B,
+    MISTRAL_7B,
+    MIXTRAL_8X7B,
+    GPUSpec,
+    KiB,
+    MiB,
+    ModelSpec,
+)
+
 __all__ = [
     "A100_PCIE",
+    "DEEPSEEK_V3",
+    "MIXTRAL_8X7B",
     "MISTRAL_7B",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_MAX_NUM_SEQS",
@@ -51,156 +68,12 @@ __all__ = [
     "step_time",
 ]
 
-KiB = 1024
 
 # The part of a step the roofline does not see: scheduling, building the input tensors, launching the
 # kernels, sampling, detokenising. An assumption, not a measurement; a round figure for an engine with
 # CUDA graphs. Set it to what your engine's profiler shows between two steps' kernels.
 DEFAULT_STEP_OVERHEAD_S = 0.5e-3
 
-
-def _check_positive(owner: str, **values):
-    for name, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{owner}.{name} must be > 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A decoder-only transformer of the LLaMA family: GQA attention, gated (SwiGLU) MLP, RMSNorm.
-
-    `kv_bytes_per_token` is what one token of context costs in the KV cache: a key and a value vector
-    of kv_heads x head_dim elements in every layer. The derived sizes are computed once and cached,
-    since the simulator prices every step with them.
-
-    >>> LLAMA2_7B.kv_bytes_per_token // KiB, LLAMA3_8B.kv_bytes_per_token // KiB
-    (512, 128)
-    >>> LLAMA2_7B.param_count
-    6738415616
-    """
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    bytes_per_param: float = 2      # bf16 / fp16 weights
-    bytes_per_kv_element: float = 2  # bf16 / fp16 KV cache; 1 for an fp8 cache
-    tie_word_embeddings: bool = False
-    max_position_embeddings: int | None = None  # the longest context the model takes; None: not stated
-
-    def __post_init__(self):
-        _check_positive(f"ModelSpec({self.name!r})", num_layers=self.num_layers, hidden_size=self.hidden_size,
-                        num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                        intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
-                        bytes_per_param=self.bytes_per_param, bytes_per_kv_element=self.bytes_per_kv_element)
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"ModelSpec({self.name!r}): num_heads ({self.num_heads}) must be a multiple of "
-                             f"num_kv_heads ({self.num_kv_heads}): each KV head serves a whole group of query heads")
-
-    @cached_property
-    def layer_matmul_params(self) -> int:
-        """Weights of one layer's matmuls: q and o (heads x head_dim wide), k and v (kv_heads x head_dim),
-        and the MLP's gate, up and down projections."""
-        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        attention = self.hidden_size * (2 * q_width + 2 * kv_width)
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        return attention + mlp
-
-    @cached_property
-    def matmul_params(self) -> int:
-        """The weights every token goes through: all layers' matmuls (not the embeddings or the LM head)."""
-        return self.num_layers * self.layer_matmul_params
-
-    @cached_property
-    def param_count(self) -> int:
-        norms = (2 * self.num_layers + 1) * self.hidden_size   # two RMSNorms per layer and a final one
-        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        return self.matmul_params + norms + embeddings
-
-    @cached_property
-    def weight_bytes(self) -> float:
-        return self.param_count * self.bytes_per_param
-
-    @cached_property
-    def kv_bytes_per_token(self) -> float:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.bytes_per_kv_element
-
-
-# Source: the published Hugging Face config of meta-llama/Llama-2-7b-hf (hidden_size 4096,
-# intermediate_size 11008, 32 layers, 32 attention heads, num_key_value_heads 32, vocab_size 32000,
-# untied embeddings), the same shapes as Table 1 of the Llama 2 paper (Touvron et al., 2023).
-# KV per token in fp16: 2 (K and V) x 32 layers x 4096 x 2 bytes = 524,288 B = 512 KiB.
-LLAMA2_7B = ModelSpec("LLaMA-2-7B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, head_dim=128,
-                      intermediate_size=11008, vocab_size=32000, max_position_embeddings=4096)
-
-# Source: the published Hugging Face config of meta-llama/Meta-Llama-3-8B (hidden_size 4096,
-# intermediate_size 14336, 32 layers, 32 attention heads, num_key_value_heads 8, vocab_size 128256,
-# untied embeddings). GQA: 8 KV heads serve 32 query heads, so KV per token is a quarter of LLaMA-2-7B's:
-# 2 x 32 x 8 x 128 x 2 bytes = 131,072 B = 128 KiB.
-LLAMA3_8B = ModelSpec("Llama-3-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                      intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192)
-
-# Source: the published Hugging Face config of meta-llama/Llama-3.1-8B: the same shapes as Llama-3-8B
-# (so the same 8.03B parameters and 128 KiB of KV per token); what changes is the context window,
-# max_position_embeddings 131072 (128K tokens, through "llama3" RoPE scaling) instead of 8192. The
-# roofline does not see RoPE, so this spec differs from LLAMA3_8B only by name: use it for prompts
-# longer than 8K, which Llama-3-8B was not trained for.
-LLAMA31_8B = ModelSpec("Llama-3.1-8B", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                       intermediate_size=14336, vocab_size=128256, max_position_embeddings=131072)
-
-
-# Source: the Hugging Face config of mistralai/Mistral-7B-Instruct-v0.2 (Sarathi-Serve's 7B model): Llama-3-8B's
-# layer shapes with a 32,000-token vocabulary and a 32K window, no sliding window in v0.2.
-MISTRAL_7B = ModelSpec("Mistral-7B-v0.2", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-                       intermediate_size=14336, vocab_size=32000, max_position_embeddings=32768)
-
-@dataclass(frozen=True)
-class GPUSpec:
-    """Peak dense bf16 tensor-core FLOP/s, HBM bandwidth (bytes/s) and HBM capacity (bytes).
-
-    `ridge_flops_per_byte` is the arithmetic intensity where the two roofs meet: a step doing fewer
-    FLOPs per byte moved than this is memory-bound.
-
-    >>> round(H100_SXM.ridge_flops_per_byte)
-    295
-    """
-
-    name: str
-    peak_flops: float
-    hbm_bandwidth: float
-    memory_bytes: float
-
-    def __post_init__(self):
-        _check_positive(f"GPUSpec({self.name!r})", peak_flops=self.peak_flops, hbm_bandwidth=self.hbm_bandwidth,
-                        memory_bytes=self.memory_bytes)
-
-    @property
-    def ridge_flops_per_byte(self) -> float:
-        return self.peak_flops / self.hbm_bandwidth
-
-
-MiB = 1024 ** 2
-
-# Source: NVIDIA H100 Tensor Core GPU datasheet, SXM column: BF16 Tensor Core 1,979 TFLOPS *with
-# sparsity*, so 989 TFLOPS dense; bandwidth 3.35 TB/s (decimal units). Memory is what the board reports, not the
-# datasheet's "80 GB": nvidia-smi shows 81,559 MiB total on an "NVIDIA H100 80GB HBM3" (the nvidia-smi table
-# printed in NVIDIA/nccl issue #1264, driver 550.54.15), 85.52e9 bytes; an engine sizes its KV cache from this.
-H100_SXM = GPUSpec("H100 SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=81_559 * MiB)
-
-# Source: NVIDIA H200 Tensor Core GPU datasheet, SXM column: the same GH100 compute as the H100
-# (BF16 1,979 TFLOPS with sparsity, 989 dense); HBM3e at 4.8 TB/s. Memory: the board's 143,771 MiB (150.76e9
-# bytes) as nvidia-smi reports it, against the datasheet's "141 GB"; no public printout of this figure was found
-# to cite, so treat it as approximate (it moves the KV capacity by well under 1% per 100 MiB).
-H200 = GPUSpec("H200 SXM", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=143_771 * MiB)
-
-
-# Source: NVIDIA A100 datasheet, 80GB PCIe column: BF16 Tensor Core 312 TFLOPS dense (624 with sparsity), 1,935 GB/s;
-# memory: the datasheet's decimal 80 GB (no nvidia-smi printout cited). Sarathi-Serve's 7B runs used this board.
-A100_PCIE = GPUSpec("A100 80GB PCIe", peak_flops=312e12, hbm_bandwidth=1.935e12, memory_bytes=80e9)
 
 @dataclass(frozen=True)
 class StepCost:
@@ -313,13 +186,14 @@ def cost_from_totals(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: 
     """
     matmul_flops = 2.0 * model.matmul_params * num_tokens
     lm_head_flops = 2.0 * model.vocab_size * model.hidden_size * num_seqs
-    attention_flops = 4.0 * model.num_layers * model.num_heads * model.head_dim * attention_pairs  # QK^T, AV
+    attention_flops = model.attention_flops_per_pair * attention_pairs  # QK^T, AV
     kv_read = kv_read_tokens * model.kv_bytes_per_token
     kv_write = num_tokens * model.kv_bytes_per_token
+    weights = model.weight_bytes_read(num_tokens) if model.num_experts else model.weight_bytes
     flops = matmul_flops + lm_head_flops + attention_flops
-    nbytes = model.weight_bytes + kv_read + kv_write
+    nbytes = weights + kv_read + kv_write
     return StepCost(matmul_flops=matmul_flops, lm_head_flops=lm_head_flops, attention_flops=attention_flops,
-                    weight_bytes=model.weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
+                    weight_bytes=weights, kv_read_bytes=kv_read, kv_write_bytes=kv_write,
                     compute_s=flops / gpu.peak_flops, memory_s=nbytes / gpu.hbm_bandwidth)
 
 
@@ -334,8 +208,9 @@ def roofline_s(model: ModelSpec, gpu: GPUSpec, num_tokens: int, num_seqs: int, a
     """
     kv_bytes = model.kv_bytes_per_token
     flops = (2.0 * model.matmul_params * num_tokens + 2.0 * model.vocab_size * model.hidden_size * num_seqs
-             + 4.0 * model.num_layers * model.num_heads * model.head_dim * attention_pairs)
-    nbytes = model.weight_bytes + kv_read_tokens * kv_bytes + num_tokens * kv_bytes
+             + model.attention_flops_per_pair * attention_pairs)
+    weights = model.weight_bytes_read(num_tokens) if model.num_experts else model.weight_bytes
+    nbytes = weights + kv_read_tokens * kv_bytes + num_tokens * kv_bytes
     return max(flops / gpu.peak_flops, nbytes / gpu.hbm_bandwidth)
 
 
@@ -438,9 +313,11 @@ def activation_bytes(model: ModelSpec, max_num_batched_tokens: int = DEFAULT_MAX
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = GPU_MEMORY_UTILIZATION,
                        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                       max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
+                       max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, pipeline_stages: int = 1) -> int:
     """How many tokens of KV fit in `memory_fraction` of the GPU's memory once the weights and the activation
-    allowance (`activation_bytes` at the token budget) are taken out: what an engine's KV cache holds.
+    allowance (`activation_bytes` at the token budget) are taken out: what an engine's KV cache holds. With
+    `pipeline_stages` > 1 each GPU holds 1/stages of the layers: of the weights and of every token's KV (the
+    embedding and the LM head counted evenly across the stages).
 
     Llama-3-8B on an H100 SXM: 0.92 x 85.52e9 B - 16.06e9 B of weights - 1.26e9 B of activations = 61.36e9 B,
     468,102 tokens of 128 KiB.
@@ -450,13 +327,17 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec, memory_fraction: float = 
     """
     if not 0 < memory_fraction <= 1:
         raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
-    reserved = model.weight_bytes + activation_bytes(model, max_num_batched_tokens, max_num_seqs)
+    stages = _one_count("pipeline_stages", pipeline_stages, "GPUs in a row, each holding some layers")
+    if stages < 1:
+        raise ValueError("pipeline_stages must be >= 1")
+    weights, per_token = model.weight_bytes / stages, model.kv_bytes_per_token / stages   # x / 1 is x exactly
+    reserved = weights + activation_bytes(model, max_num_batched_tokens, max_num_seqs)
     free = gpu.memory_bytes * memory_fraction - reserved
-    if free < model.kv_bytes_per_token:
-        raise ValueError(f"{model.name} ({model.weight_bytes / 1e9:.1f} GB of weights and "
-                         f"{reserved / 1e9 - model.weight_bytes / 1e9:.1f} GB of activations) leaves no room for KV "
+    if free < per_token:
+        raise ValueError(f"{model.name} ({weights / 1e9:.1f} GB of weights and "
+                         f"{reserved / 1e9 - weights / 1e9:.1f} GB of activations) leaves no room for KV "
                          f"in {memory_fraction:.0%} of {gpu.name}'s {gpu.memory_bytes / 1e9:.1f} GB")
-    return int(free // model.kv_bytes_per_token)
+    return int(free // per_token)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from servelab.analytic import capacity, costmodel, queueing
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
-from servelab.analytic.kv_tiers import PCIE_GEN5_X16, LinkSpec
+from servelab.analytic.kv_tiers import PCIE_GEN5_X16
+from servelab.analytic.specs import NVLINK_H100, RDMA_400G
 
 __all__ = [
     "LINKS",
@@ -45,11 +46,8 @@ __all__ = [
     "tpot_stretch",
 ]
 
-# NVLink 4 on an H100 SXM: 18 links, 900 GB/s per GPU with both directions added (NVIDIA's H100 datasheet), so
-# 450 GB/s each way; a transfer inside one 8-GPU node. RDMA between nodes: one 400 Gb/s NIC (ConnectX-7, one per
-# GPU in a DGX H100) is 400e9 / 8 = 50 GB/s each way at line rate. PCIe through host memory: chapter 8's figure.
-NVLINK_H100 = LinkSpec("NVLink 4 (H100 SXM)", 450e9, "900 GB/s per GPU, both directions added: 450 GB/s each way")
-RDMA_400G = LinkSpec("RDMA, 400 Gb/s NIC", 50e9, "400 Gb/s / 8 bits a byte = 50 GB/s each way, line rate")
+# NVLink 4 and a 400 Gb/s NIC: servelab.analytic.specs says where the figures come from. PCIe through host memory:
+# chapter 8's figure.
 LINKS = (NVLINK_H100, RDMA_400G, PCIE_GEN5_X16)
 
 
@@ -68,11 +66,11 @@ def _positive(name: str, value, allow_zero: bool = False) -> float:
 
 def prefill_s(model: ModelSpec, gpu: GPUSpec, prompt_len: int, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:
     """Seconds one GPU takes to prefill a whole prompt in one step (`costmodel.step_time`): a prefill GPU's service
-    time per request. Llama-3.1-8B on an H100, 8,000 tokens: 128.5 ms of compute plus 0.5 ms.
+    time per request. Llama-3.1-8B on an H100, 8,000 tokens: 129.9 ms of compute plus 0.5 ms.
 
     >>> from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
     >>> round(prefill_s(LLAMA31_8B, H100_SXM, 8000) * 1e3, 1)
-    129.0
+    130.4
     """
     return costmodel.step_time(model, gpu, prefill_tokens=_count("prompt_len", prompt_len, 1), overhead_s=overhead_s)
 
@@ -83,7 +81,7 @@ def tpot_stretch(model: ModelSpec, gpu: GPUSpec, prefill_tokens: int, num_decode
 
     >>> from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
     >>> round(tpot_stretch(LLAMA31_8B, H100_SXM, 4000, 32, 4000), 2)
-    6.03
+    5.99
     """
     decodes = [context_len] * _count("num_decodes", num_decodes, 1)
     mixed = costmodel.step_time(model, gpu, prefill_tokens=prefill_tokens, decode_context_lens=decodes)
@@ -130,7 +128,7 @@ def break_even_bandwidth(model: ModelSpec, gpu: GPUSpec, prompt_len: int, budget
     >>> round(break_even_bandwidth(LLAMA31_8B, H100_SXM, 8000, 0.010, layerwise=False) / 1e9, 1)
     104.9
     >>> round(break_even_bandwidth(LLAMA31_8B, H100_SXM, 8000, 0.010) / 1e9, 2)
-    7.83
+    7.72
     """
     budget_s = _positive("budget_s", budget_s)
     nbytes = kv_transfer_bytes(model, prompt_len)
@@ -178,7 +176,7 @@ def pd_pools(model: ModelSpec, gpu: GPUSpec, rate: float, prompt_len: int, outpu
 
     >>> from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
     >>> pd_pools(LLAMA31_8B, H100_SXM, 10.0, 8000, 256, 0.5, 0.030, RDMA_400G.bandwidth)
-    (2, 6)
+    (2, 2)
     """
     rate, ttft_target_s = _positive("rate", rate), _positive("ttft_target_s", ttft_target_s)
     tpot_target_s = _positive("tpot_target_s", tpot_target_s)

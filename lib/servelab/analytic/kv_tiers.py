@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
+from servelab.analytic.specs import LinkSpec
 
 __all__ = [
     "DEFAULT_COPY_LATENCY_S",
@@ -65,19 +65,6 @@ def _fraction(value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
         raise ValueError(f"mfu (the fraction of peak FLOP/s the recompute reaches) must be in (0, 1], got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """A host link: `bandwidth` in bytes per second **in one direction** (a swap-out and a swap-in each use one
-    direction), and where the figure comes from."""
-
-    name: str
-    bandwidth: float
-    source: str
-
-    def __post_init__(self):
-        _positive("LinkSpec.bandwidth", self.bandwidth)
 
 
 # PCIe Gen5 signals at 32 GT/s per lane with 128b/130b encoding: 16 lanes carry 32e9 x 16 x 128/130 / 8 bytes per
