@@ -175,8 +175,7 @@ DRILLS = Drills("test_drills", (
           hints=((max(s for s in SIZES if s <= D4) - D4, _pitfall("pad_rounds_down")),)),
     Drill("drill_5", "tokens a step of DeepSeek-V3 (fp8, H200) must hold for its experts to be compute-bound",
           lambda: par.expert_ridge_tokens(*D5), rel_tol=0.002,
-          hints=((D5[1].ridge_flops_per_byte * D5[0].bytes_per_param / 2, "That is a dense model's ridge: each "
-                  "expert sees only k / E of the tokens."),)),
+          hints=((D5[1].ridge_flops_per_byte * D5[0].bytes_per_param / 2, _pitfall("drills_dense_ridge")),)),
 ), read=lambda value, name: ch16.common.as_float(value, name, ch16.common.short_repr(12, 120), finite=True))
 
 
