@@ -39,6 +39,7 @@ from servelab.simulator.fair import Priority, TokenFair
 from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.ordered import Ordered
+from servelab.simulator.parallel import TPResult, simulate_tp_decode  # noqa: F401 (chapter 16)
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
 from servelab.simulator.replicas import CacheAware, PrefixHash, simulate_replicas  # noqa: F401 (chapter 15)
