@@ -34,6 +34,8 @@ __all__ = [
     "KERNELS_PER_LAYER",
     "LAUNCH_S",
     "LLAMA31_70B",
+    "NVLINK_H100",
+    "RDMA_400G",
     "GraphStep",
     "all_to_all_bytes",
     "all_to_all_s",
@@ -181,7 +183,8 @@ def all_to_all_bytes(num_tokens: int, hidden_size: int, experts_per_token: int, 
     >>> all_to_all_bytes(1, 7168, 8, 8) == 2 * 8 * 7 / 8 * 7168 * 2
     True
     """
-    tokens, k, ep = _count("num_tokens", num_tokens, 0), _count("experts_per_token", experts_per_token), _count("ep", ep)
+    tokens, k = _count("num_tokens", num_tokens, 0), _count("experts_per_token", experts_per_token)
+    ep = _count("ep", ep)
     return 2 * tokens * k * (ep - 1) / ep * _count("hidden_size", hidden_size) * bytes_per_element
 
 

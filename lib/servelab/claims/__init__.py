@@ -8,9 +8,9 @@ states anything else, and fails when its point cannot run (`servelab.analytic.se
 
 To register a chapter's numbers: write a function `chNN() -> list[Claim]` in the module of its chapter family
 (`batching` for 01-03, `prefix` 04-05, `kernels` 06, `kv` 08, `capacity` 09, `asynchronous` 10, `spec` 11, `queueing`
-12, `fairness` 13, `disaggregation` 14, `routing` 15, `parallelism` 16; `core` holds `Claim` and the shared points) that computes
-them with the same library calls the notebook makes, and add it to `CHAPTERS` under the chapter's assignment name.
-A number chosen to reproduce a figure from elsewhere is still a claim: its cell must say so in words.
+12, `fairness` 13, `disaggregation` 14, `routing` 15, `parallelism` 16; `core` holds `Claim` and the shared points)
+that computes them with the same library calls the notebook makes, and add it to `CHAPTERS` under the chapter's
+assignment name. A number chosen to reproduce a figure from elsewhere is still a claim: its cell must say so in words.
 """
 
 from __future__ import annotations

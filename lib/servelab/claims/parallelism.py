@@ -58,8 +58,8 @@ def _degree() -> list[Claim]:
                  "an assumed latency of one hop of a collective (specs.DEFAULT_LINK_LATENCY_S)"),
            Claim(A, "cell-03", "70B weights, GB", M70.weight_bytes / 1e9, "Llama-3.1-70B's {:.0f} GB", _d70(2))]
     for tp in (2, 4, 8, 16):
-        out.append(Claim(A, "cell-03", f"KV tokens at TP{tp}", kv[tp], {2: "{:,} tokens", 16: "only {:,}"}.get(tp, "{:,}"),
-                         _full(M70, G, tp, kv[tp])))
+        fmt = {2: "{:,} tokens", 16: "only {:,}"}.get(tp, "{:,}")
+        out.append(Claim(A, "cell-03", f"KV tokens at TP{tp}", kv[tp], fmt, _full(M70, G, tp, kv[tp])))
         out.append(Claim(A, "cell-12", f"KV tokens at TP{tp} (visible test)", kv[tp], f"({tp}, {{}})",
                          _full(M70, G, tp, kv[tp])))
     out += [Claim(A, "cell-03", "TP4 over TP2", kv[4] / kv[2], "({:.1f} times as many", _full(M70, G, 4, kv[4])),
