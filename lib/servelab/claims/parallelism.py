@@ -85,6 +85,8 @@ def _tp_walk() -> list[Claim]:
     return [
         Claim(A, "cell-05", "one all-reduce of 64 tokens at TP8, us", one * 1e6, "takes {:.2f} us", p64),
         Claim(A, "cell-05", "a step's all-reduces, ms", comm * 1e3, "160 of them, {:.2f} ms", p64),
+        Claim(A, "cell-05", "their latency, ms", par.tp_comm_s(M70, 0, 8, NV, LAT) * 1e3,
+              "of which {:.2f} ms are the hops' latency", p64),
         Claim(A, "cell-08", "one all-reduce (docstring), us", one * 1e6, "is {:.2f} us", p64),
         Claim(A, "cell-08", "a step's all-reduces (docstring), ms", comm * 1e3, "= {:.2f} ms", p64),
         Claim(A, "cell-09", "a step's all-reduces (visible test), ms", comm * 1e3, "== {:.2f}", p64),
