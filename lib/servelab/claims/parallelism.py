@@ -40,7 +40,8 @@ def _d8(tp: int, batch: int = 64) -> ServingPoint:
 
 def ch16() -> list[Claim]:
     """Every number chapter 16 states, on the steps they describe."""
-    return [*_degree(), *_tp_walk(), *_pipeline(), *_experts(), *_graphs(), *_simulated(), *_interview(), *_drills()]
+    return [*_degree(), *_ceilings(), *_tp_walk(), *_pipeline(), *_experts(), *_graphs(), *_simulated(),
+            *_interview(), *_drills()]
 
 
 def _kv() -> dict[int, int]:
@@ -71,6 +72,30 @@ def _degree() -> list[Claim]:
             Claim(A, "cell-11", "weights per GPU at TP4, GB", M70.shard(4).weight_bytes / 1e9,
                   "{:.2f} GB of weights", _d70(4))]
     return out
+
+
+def _ceilings() -> list[Claim]:
+    c256 = {tp: capacity.running_ceilings(M70.shard(tp), G, 256) for tp in (2, 4, 8, 16)}
+    c2k = {tp: capacity.running_ceilings(M70.shard(tp), G, 2048) for tp in (2, 8)}
+
+    def full(tp: int, context: int, n: int) -> ServingPoint:
+        """n sequences' KV at `context` tokens each in the cache: max_num_seqs of them decoding, the rest held."""
+        run = min(n, 1024)
+        return ServingPoint.decode(M70, G, run, context - 1, resident_tokens=(n - run) * context, tp=tp,
+                                   link=_link(tp))
+
+    return [
+        Claim(A, "cell-06a", "KV ceiling at 256, TP2", c256[2].kv, "holds {:,} sequences at TP2",
+              full(2, 256, c256[2].kv)),
+        Claim(A, "cell-06a", "KV ceiling at 256, TP4", c256[4].kv, "{:,} at TP4", full(4, 256, c256[4].kv)),
+        Claim(A, "cell-06a", "KV ceiling at 256, TP8", c256[8].kv, "{:,} at TP8", full(8, 256, c256[8].kv)),
+        Claim(A, "cell-06a", "compute ridge at 256, TP2-8", c256[4].compute_ridge, "stays at\n{} from TP2",
+              ServingPoint.decode(M70, G, c256[4].compute_ridge, 256, tp=4)),
+        Claim(A, "cell-06a", "compute ridge at 256, TP16", c256[16].compute_ridge, "rises to {},",
+              ServingPoint.decode(M70, G, c256[16].compute_ridge, 256, tp=16, link=RDMA_400G)),
+        Claim(A, "cell-06a", "KV ceiling at 2,048, TP2", c2k[2].kv, "({:,} sequences at TP2", full(2, 2048, c2k[2].kv)),
+        Claim(A, "cell-06a", "KV ceiling at 2,048, TP8", c2k[8].kv, "{:,} at TP8)", full(8, 2048, c2k[8].kv)),
+    ]
 
 
 def _tp_walk() -> list[Claim]:

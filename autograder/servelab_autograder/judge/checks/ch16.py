@@ -185,7 +185,7 @@ CHAPTER = Chapter(
             "serving\nfrom servelab.analytic.costmodel import DEEPSEEK_V3, H100_SXM, H200, LLAMA31_8B\n"
             "from servelab.analytic.parallelism import LLAMA31_70B, NVLINK_H100, RDMA_400G\n"
             "from servelab.analytic.specs import DEFAULT_LINK_LATENCY_S\n",
-    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
+    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
     references=tuple(f"servelab.analytic.parallelism:{n}" for n in (
         "tp_comm_s", "kv_tokens_per_degree", "pad_to_graph", "all_to_all_bytes")),
     exercises=(
