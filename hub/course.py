@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from roster import COURSE, INSTRUCTORS, REPO, as_user  # noqa: E402
+from roster import COURSE, COURSE_ID, INSTRUCTORS, REPO, as_user  # noqa: E402
 
 OUTPUTS = ("gradebook.db", "autograded", "feedback", "results", "runs", "grades.csv")
 
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
            "--resume"]
     if args.dask or args.workers:
         cmd += ["--dask", args.dask or "local", "--jobs", str(args.workers or 2)]
-    grading = subprocess.run(cmd, cwd=REPO)
+    # drawn drills are judged on each learner's numbers in this course, as their notebooks printed them
+    grading = subprocess.run(cmd, cwd=REPO, env={**os.environ, "SERVELAB_COURSE_ID": COURSE_ID})
     for name in OUTPUTS:
         if (course / name).exists():
             chown_tree(course / name, user)

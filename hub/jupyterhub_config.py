@@ -63,6 +63,8 @@ def is_instructor(name: str) -> bool:
 def lab_for_role(spawner) -> None:
     """The learner lab for learners (instructor tools switched off), nbgrader's full lab for instructors."""
     spawner.environment = dict(spawner.environment)     # this server's own copy, not the config's shared dict
+    # whose drill numbers a notebook prints (servelab_autograder.exercises.variants): the hub user in this course
+    spawner.environment["SERVELAB_COURSE_ID"] = os.environ.get("SERVELAB_COURSE_ID", "servelab")
     if is_instructor(spawner.user.name):
         spawner.mem_limit = spawner.cpu_limit = None     # the instructor grades whole courses
         return

@@ -160,7 +160,7 @@ class Notebook:
                 assert c["metadata"].get("tags") == ["raises-exception"]
                 assert meta["locked"] and not meta["solution"]
             else:
-                assert meta["locked"] and re.fullmatch(r"setup_\d+", meta["grade_id"])
+                assert meta["locked"] and re.fullmatch(r"setup_(\d+|drills)", meta["grade_id"])
             yield c, meta, source
 
     def saved_outputs(self) -> Iterator[tuple[str, bool]]:

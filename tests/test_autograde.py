@@ -185,6 +185,15 @@ def _check_expected(graded, assignment, prefix):
     return problems
 
 
+def test_drills_copied_from_another_learners_numbers_score_nothing(graded):
+    """A submission graded as learner "copied-drills", whose drills hold the workbook's own answers: its kernel
+    printed (and the grader judged) the numbers drawn for "copied-drills", so the drills cell alone loses."""
+    drawn = [a for a in CHAPTERS if "copied-drills" in graded["expected"][a]]
+    assert drawn, "no chapter draws its drills per learner"
+    problems = [p for a in drawn for p in _check_expected(graded, a, "copied-drills")]
+    assert not problems, "\n".join(problems)
+
+
 def test_tampered_submissions_get_what_they_deserve(graded):
     problems = _check_expected(graded, FIRST, "tamper-")
     assert not problems, "\n".join(problems)

@@ -76,7 +76,7 @@ def test_the_reference_knee_and_ridge_are_the_cost_models_own():
 
 
 def test_the_drills_name_a_known_wrong_answer():
-    ns = {**solution(), "drill_3": 60 * 512 * sum(table.d3_line())}
+    ns = {**solution(), "drill_3": 60 * 512 * sum(table._d3_line(table.V["drill_3"].numbers("")))}
     assert "not rate x L x t(1)" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_1": capacity.kv_ceiling(capacity.LLAMA3_8B, capacity.H100_SXM, 3000)}
     assert "That is the H100's answer" in grade(ns, cells=["test_drills"])["test_drills"].message

@@ -16,7 +16,7 @@ import math
 
 from servelab.analytic import kv_tiers
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Spec
 
 ASSIGNMENT = "ch08_preemption_and_kv_tiers"
@@ -121,3 +121,48 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): prompts within LLaMA-2-7B's 4,096-token window, a
+# fraction of peak other than the walkthrough's 50% where the drill asks for another, a sequence that ends inside
+# a block (so rounding the blocks up counts)
+
+def _swap(rng) -> dict:
+    block = rng.choice((16, 32))
+    return {"tokens": block * rng.randrange(30, 4096 // block) + rng.randrange(1, block), "block": block,
+            "latency_us": rng.choice((5, 10, 20))}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"gpu": "H200", "tokens": 1024, "mfu_pct": 50},
+                     lambda rng: {"gpu": rng.choice(("H100", "H200")),
+                                  "tokens": rng.choice((512, 1024, 2048, 4096)),
+                                  "mfu_pct": rng.choice((40, 50, 60))},
+                     "the break-even bandwidth (GB/s) of Llama-3-8B with an fp8 KV cache (1 byte per element) on an "
+                     "{gpu}, {tokens:,}-token sequences at {mfu_pct}% of peak"),
+    variants.Variant("drill_2", {"tokens": 1024, "mfu_pct": 40},
+                     lambda rng: {"tokens": rng.choice((512, 1024, 2048, 4096)),
+                                  "mfu_pct": rng.choice((30, 40, 60, 70))},
+                     "per token, how many times LLaMA-2-7B's break-even ({tokens:,} tokens, {mfu_pct}% of peak, "
+                     "H100) PCIe Gen5's 53 GB/s (one direction, pinned copies) is"),
+    variants.Variant("drill_3", {"block": 32, "latency_us": 10},
+                     lambda rng: {"block": rng.choice((8, 16, 64, 128)), "latency_us": rng.choice((5, 10, 20))},
+                     "the effective bandwidth (GB/s) of one copy of a {block}-token block of one layer's K for "
+                     "Llama-3-8B, 53 GB/s, {latency_us} µs"),
+    variants.Variant("drill_4", {"tokens": 3000, "block": 16, "latency_us": 10}, _swap,
+                     "the time (ms) to swap out a {tokens:,}-token LLaMA-2-7B sequence, {block}-token blocks, "
+                     "53 GB/s, {latency_us} µs a copy"),
+    variants.Variant("drill_5", {"latency_us": 10}, lambda rng: {"latency_us": rng.choice((2, 5, 20, 40))},
+                     "the smallest block size (tokens) whose one-layer K copy reaches LLaMA-2-7B's break-even (H100, "
+                     "1024 tokens, 50% of peak) at 53 GB/s and {latency_us} µs a copy"),
+    variants.Variant("drill_6", {"batch": 64, "context": 2048},
+                     lambda rng: {"batch": rng.choice((32, 48, 64, 96)), "context": rng.randrange(1024, 4097, 256)},
+                     "how many recomputed tokens can join a decode step of {batch} Llama-3-8B sequences at "
+                     "{context:,} tokens of context on an H100 before the step turns compute-bound"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.tokens`` and so on."""
+    return variants.show(DRILLS, who)

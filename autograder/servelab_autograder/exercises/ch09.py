@@ -17,7 +17,7 @@ import math
 
 from servelab.analytic import capacity
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch09_capacity_and_concurrency"
@@ -163,3 +163,52 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): contexts within Llama-3-8B's 8,192-token window, a
+# decode batch that fits the KV cache at its context, a time-between-tokens target the decodes alone meet
+
+def _fleet(rng) -> dict:
+    prompt = rng.choice((2000, 3000, 4000))
+    return {"input_billions": rng.choice((50, 100, 200)), "output_billions": rng.choice((1, 2, 4)),
+            "prompt": prompt, "batch": rng.choice((48, 64, 96))}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"context": 3000}, lambda rng: {"context": rng.randrange(1000, 8001, 250)},
+                     "how many sequences of {context:,} tokens each fit in an H200's KV cache next to Llama-3-8B "
+                     "(92% of its 143,771 MiB)?"),
+    variants.Variant("drill_2", {"context": 128}, lambda rng: {"context": rng.choice((32, 64, 96, 160, 192))},
+                     "the smallest decode batch of Llama-3-8B on an H200, {context} tokens of context each, whose "
+                     "step is compute-bound?"),
+    variants.Variant("drill_3", {"rate": 60, "prompt": 64, "output": 512},
+                     # rates the GPU keeps up with, the running sequences within its KV cache
+                     lambda rng: {"rate": rng.randrange(20, 61, 10), "prompt": rng.choice((64, 128, 256)),
+                                  "output": rng.choice((256, 512))},
+                     "running sequences at {rate} requests/s, {prompt}-token prompts, {output} output tokens, "
+                     "Llama-3-8B on an H100?"),
+    variants.Variant("drill_4", {"input_billions": 100, "output_billions": 2, "prompt": 4000, "batch": 96}, _fleet,
+                     "H100s for {input_billions} billion input and {output_billions} billion output tokens a day, "
+                     "{prompt:,}-token prompts, decode batch {batch}, 8192-token prefill steps?"),
+    variants.Variant("drill_5", {"prompt": 4000, "batch": 96, "context": 4096},
+                     lambda rng: {"prompt": rng.choice((1000, 2000, 4000, 8000)), "batch": rng.choice((32, 64, 96)),
+                                  "context": rng.choice((1024, 2048, 4096))},
+                     "the input:output ratio at which prefill is three quarters of the GPU time: {prompt:,}-token "
+                     "prompts in 8192-token steps, decode batch {batch} at {context:,} tokens of context (H100)"),
+    variants.Variant("drill_6", {"decodes": 96, "context": 4096},
+                     lambda rng: {"decodes": rng.choice((32, 48, 64, 96)), "context": rng.randrange(1024, 4097, 512)},
+                     "the token budget at which {decodes} decodes at {context:,} tokens plus one chunk turn a step "
+                     "compute-bound (H100)?"),
+    variants.Variant("drill_7", {"tbt_ms": 50, "decodes": 64, "context": 4096},
+                     lambda rng: {"tbt_ms": rng.choice((40, 60, 80, 100)), "decodes": rng.choice((32, 48, 64)),
+                                  "context": rng.choice((1024, 2048, 4096))},
+                     "the largest token budget a {tbt_ms} ms time-between-tokens target allows for a step of "
+                     "{decodes} decodes at {context:,} tokens plus one chunk of a new prompt, Mistral-7B on one "
+                     "A100 80GB PCIe at its datasheet peaks?"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.context`` and so on."""
+    return variants.show(DRILLS, who)

@@ -23,7 +23,7 @@ from servelab.engine import asynchronous
 from servelab.schedulers import async_scheduler as ref
 from servelab.schedulers.async_scheduler import AsyncScheduler, Step
 from servelab.schedulers.scheduler import SamplingParams, Sequence
-from servelab_autograder.exercises import common, nanovllm_state, spec
+from servelab_autograder.exercises import common, nanovllm_state, spec, variants
 from servelab_autograder.exercises.nanovllm_state import plain_value as _plain
 from servelab_autograder.exercises.replay import once_per_workload
 from servelab_autograder.exercises.spec import Shape, Spec
@@ -323,3 +323,41 @@ def diagnose(name: str, fn, *args) -> str:
 
 
 __all__ = ["ASSIGNMENT", "SPECS", "build", "diagnose", "record", "scenario", "snapshot"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants)
+
+def _stops(rng) -> dict:
+    block = rng.choice((8, 16, 32))
+    return {"stops": block * rng.randrange(20, 201), "block": block}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"cpu_ms": 2, "gpu_ms": 6},
+                     lambda rng: {"cpu_ms": rng.choice((1, 2, 3, 4)), "gpu_ms": rng.choice((5, 6, 8, 10, 12))},
+                     "the throughput gain of overlapping a {cpu_ms} ms CPU part with a {gpu_ms} ms GPU part?"),
+    variants.Variant("drill_2", {"cpu_ms": 2, "batch": 64, "context": 1024},
+                     # a GPU part short enough that the fixed overhead, wrongly counted in it, shows
+                     lambda rng: {"cpu_ms": rng.choice((2, 3)), "batch": rng.choice((16, 32, 64)),
+                                  "context": rng.choice((512, 1024))},
+                     "the gain for a {cpu_ms} ms CPU part and a decode step of {batch} Llama-3-8B sequences at "
+                     "{context:,} tokens on an H100 (its roofline GPU time)?"),
+    variants.Variant("drill_3", {"eos_at": 40}, lambda rng: {"eos_at": rng.randrange(10, 151)},
+                     "every request stops on eos at its {eos_at}th output token, decoded back to back: what "
+                     "percentage of the decode slots is wasted?"),
+    variants.Variant("drill_4", {"max_tokens": 40}, lambda rng: {"max_tokens": rng.randrange(10, 201)},
+                     "the same, with every request stopping at `max_tokens` = {max_tokens}?"),
+    variants.Variant("drill_5", {"gpu_ms": 10, "gain": 1.5},
+                     lambda rng: {"gpu_ms": rng.choice((4, 6, 8, 12, 16, 20)), "gain": rng.choice((1.25, 1.5, 1.75))},
+                     "with a {gpu_ms} ms GPU step, the CPU time per step (ms) at which overlapping gains exactly "
+                     "{gain}x (the smaller answer)?"),
+    variants.Variant("drill_6", {"stops": 1600, "block": 16}, _stops,
+                     "of {stops:,} eos stops whose positions spread evenly over the {block} offsets of a block (block "
+                     "size {block}), how many wasted decodes take a fresh block?"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.cpu_ms`` and so on."""
+    return variants.show(DRILLS, who)

@@ -17,7 +17,7 @@ import math
 
 from servelab.analytic import costmodel, disaggregation
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch14_disaggregated_serving"
@@ -108,3 +108,39 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, None, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): Llama-3.1-8B on H100s, in ranges where each
+# point runs (serving.check: a prompt within the 8,192-token budget, decodes within the KV cache) and the question
+# keeps its sense
+
+def _draw_stretch(rng) -> dict:
+    decodes = rng.randrange(16, 129, 8)
+    return {"chunk": rng.randrange(500, 4001, 250), "decodes": decodes,
+            "context": rng.randrange(1000, min(8000, 400_000 // decodes) + 1, 250)}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"prompt": 6000}, lambda rng: {"prompt": rng.randrange(2000, 8001, 250)},
+                     "the whole (not layer-by-layer) transfer of the KV of a prompt of {prompt:,} tokens over one "
+                     "400 Gb/s NIC, in ms"),
+    variants.Variant("drill_2", {"chunk": 2000, "decodes": 64, "context": 3000}, _draw_stretch,
+                     "the stretch of a step of {decodes} decodes at {context:,} tokens that also prefills {chunk:,} "
+                     "prompt tokens"),
+    variants.Variant("drill_3", {"prompt": 8000, "budget_ms": 15},
+                     lambda rng: {"prompt": rng.randrange(2000, 8001, 500), "budget_ms": rng.choice((5, 10, 15, 20))},
+                     "the break-even link bandwidth in GB/s that keeps the layer-by-layer exposed transfer of a "
+                     "prompt of {prompt:,} tokens within {budget_ms} ms"),
+    variants.Variant("drill_4", {"rate": 40, "prompt": 8000, "output": 1024, "tpot_ms": 50},
+                     # outputs of 2,048 tokens and more: the KV cache, not only the TPOT, sizes the pool
+                     lambda rng: {"rate": rng.randrange(10, 61, 5), "prompt": rng.randrange(2000, 8001, 1000),
+                                  "output": rng.choice((2048, 3072, 4096)), "tpot_ms": rng.choice((40, 50, 60))},
+                     "decode GPUs for {rate} requests/s of {prompt:,}-token prompts and {output:,} output tokens, "
+                     "mean TPOT <= {tpot_ms} ms (TTFT <= 1 s, 50 GB/s links)"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.prompt`` and so on."""
+    return variants.show(DRILLS, who)

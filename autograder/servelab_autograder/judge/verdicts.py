@@ -41,6 +41,7 @@ from servelab_autograder import paths
 from servelab_autograder.exercises import plain
 from servelab_autograder.exercises.probe import answer
 from servelab_autograder.exercises.spec import SHORT, Shape, Spec, atlas_path, atlas_value, case_key, request_call
+from servelab_autograder.exercises.variants import SELF, Variant, as_learner
 from servelab_autograder.judge import known_wrong
 
 
@@ -66,27 +67,60 @@ class Exercise:
 
 @dataclass(frozen=True)
 class Drill:
+    """A drill of "Say it in the interview". A fixed drill has one `expected()` answer. A drill drawn per learner has
+    a `variant` (its numbers for each learner, :mod:`servelab_autograder.exercises.variants`) and `answer(numbers)`,
+    the reference's answer on those numbers; its `question` and `expected()` are the workbook's own numbers' (what
+    the solution prints), `hints` may be a function of the numbers too, and `points(numbers)` are the steps the
+    drill describes, which every draw must let run. `who` below is the learner judged ("" = the workbook's own
+    numbers)."""
+
     name: str
     question: str
-    expected: Callable[[], float]
+    expected: Callable[[], float] | None = None
     abs_tol: float = 0.0
     rel_tol: float = 0.0
-    hints: tuple[tuple[float, str], ...] = ()   # (a wrong answer, what it means), for a wrong answer no patch gives
+    hints: tuple[tuple[float, str], ...] | Callable = ()   # (a wrong answer, what it means), for one no patch gives
+    variant: Variant | None = None
+    answer: Callable[[dict], float] | None = None
+    points: Callable[[dict], tuple] | None = None   # a drawn drill's serving points (servelab.analytic.serving)
 
-    def whole(self) -> bool:
+    def __post_init__(self):
+        if self.variant is None:
+            if self.expected is None or self.answer is not None:
+                raise ValueError(f"{self.name}: a fixed drill gives expected(), a drawn one a variant and answer()")
+            return
+        if self.answer is None or self.variant.name != self.name:
+            raise ValueError(f"{self.name}: a drawn drill needs answer(numbers) and a variant of the same name")
+        object.__setattr__(self, "expected", lambda: self.answer(self.variant.numbers("")))
+        if not self.question:
+            object.__setattr__(self, "question", self.variant.question(self.variant.default))
+
+    def numbers(self, who: str = "") -> dict | None:
+        return None if self.variant is None else self.variant.numbers(who)
+
+    def want(self, who: str = ""):
+        return self.expected() if self.variant is None or who in SELF else self.answer(self.numbers(who))
+
+    def ask(self, who: str = "") -> str:
+        return self.question if self.variant is None or who in SELF else self.variant.question(self.numbers(who))
+
+    def hint_pairs(self, who: str = "") -> tuple[tuple[float, str], ...]:
+        return tuple(self.hints(self.numbers(who))) if callable(self.hints) else self.hints
+
+    def whole(self, who: str = "") -> bool:
         """Whether the answer is a count (an int): graded exactly, whatever tolerance the drill names, since a
         tolerance of 1% would take 1,200 where 1,199 is right."""
-        want = self.expected()
+        want = self.want(who)
         return isinstance(want, numbers.Integral) and not isinstance(want, bool)
 
-    def accepts(self, got: float, want=None) -> bool:
-        want = self.expected() if want is None else want
-        if self.whole():
+    def accepts(self, got: float, want=None, who: str = "") -> bool:
+        want = self.want(who) if want is None else want
+        if isinstance(want, numbers.Integral) and not isinstance(want, bool):
             return got == float(want)
         return math.isclose(got, float(want), rel_tol=self.rel_tol, abs_tol=self.abs_tol)
 
-    def tolerance(self) -> str:
-        if self.whole():
+    def tolerance(self, who: str = "") -> str:
+        if self.whole(who):
             return "exactly"
         return f"within {self.abs_tol}" if self.abs_tol else f"within {self.rel_tol:.0%}" if self.rel_tol \
             else "exactly"
@@ -209,6 +243,7 @@ class Pitfalls:
         self.setup = {gid: c.source for gid, c in zip(ids, nb.cells) if gid in chapter.setup}
         self.order = [gid for gid in ids if gid in self.solution or gid in self.setup]
         self.patches = known_wrong.pitfalls(root, chapter.assignment)
+        self._by_learner: dict = {}
 
     @functools.cache  # noqa: B019 - one Pitfalls per grading process
     def namespace(self, name: str | None) -> dict:
@@ -249,11 +284,26 @@ class Pitfalls:
         """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
         return next((p.message for p, wrong in self.wrong_results(spec, args) if spec.explains(got, wrong)), None)
 
-    def drill(self, drill: Drill, got: float) -> str | None:
+    def learner_namespace(self, name: str | None, who: str) -> dict:
+        """`namespace(name)` with the drills cell run on learner `who`'s numbers (a drawn drill's patch gives a
+        different wrong answer for each learner)."""
+        if who in SELF:
+            return self.namespace(name)
+        key = (name, who)
+        if key not in self._by_learner:
+            cells = self.solution if name is None else \
+                next(p for p in self.patches if p.name == name).apply(self.solution)
+            with as_learner(who):
+                self._by_learner[key] = self.run(cells, f"__solution_{name or 'ok'}__")
+        return self._by_learner[key]
+
+    def drill(self, drill: Drill, got: float, who: str = "") -> str | None:
+        who = who if drill.variant is not None else ""
+        whole = drill.whole(who)
         for p in self.patches:
-            value = self.namespace(p.name).get(drill.name)
-            if isinstance(value, int | float) and value != self.namespace(None).get(drill.name) and \
-                    (got == float(value) if drill.whole() else
+            value = self.learner_namespace(p.name, who).get(drill.name)
+            if isinstance(value, int | float) and value != self.learner_namespace(None, who).get(drill.name) and \
+                    (got == float(value) if whole else
                      math.isclose(got, float(value), rel_tol=max(drill.rel_tol, 1e-9), abs_tol=drill.abs_tol)):
                 return p.message
         return None
@@ -263,12 +313,13 @@ class Pitfalls:
 # judging
 
 
-def judge(chapter: Chapter, cell: str, seed: int, reply: dict, pitfalls: Pitfalls | None) -> Verdict:
-    """The verdict on ``cell`` from the kernel's ``reply`` (a probe answer, already parsed JSON)."""
+def judge(chapter: Chapter, cell: str, seed: int, reply: dict, pitfalls: Pitfalls | None, learner: str = "") -> Verdict:
+    """The verdict on ``cell`` from the kernel's ``reply`` (a probe answer, already parsed JSON); drawn drills are
+    judged on `learner`'s numbers (the student id the grader was given, never one the kernel reports)."""
     graded = chapter.cells[cell]
     try:
         if isinstance(graded, Drills):
-            return _judge_drills(graded, reply.get("values") or {}, pitfalls)
+            return _judge_drills(graded, reply.get("values") or {}, pitfalls, learner)
         return _judge_exercise(graded, cases(graded, seed), reply.get("calls") or [], pitfalls)
     except (plain.Malformed, KeyError, TypeError, IndexError) as e:
         return Verdict(False, f"the kernel's answer could not be read ({type(e).__name__}: {e}); the cell scores 0")
@@ -328,29 +379,34 @@ def _judge_exercise(ex: Exercise, args_list: list[tuple], calls: list, pitfalls:
     return Verdict(True, f"{spec.name}: {len(args_list)} cases agree with the reference")
 
 
-def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict:
+def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None, who: str = "") -> Verdict:
     """Each drill right or not yet, never with its answer: a learner checks their work with this verdict
     (``make check``) and tries again, so it may name the mistake (a hint) but not the number."""
     lines, hints, right, wrong, missing = [], [], 0, [], []
     for drill in d.drills:
+        question = drill.ask(who)
         if drill.name not in values:
             missing.append(drill.name)
-            lines.append(f"{drill.name} is not defined: assign your answer to {drill.name} ({drill.question})")
+            lines.append(f"{drill.name} is not defined: assign your answer to {drill.name} ({question})")
             continue
         try:
             got = d.read(plain.decode(values[drill.name]), drill.name)
         except Shape as e:
             wrong.append(drill.name)
-            lines.append(f"{e} ({drill.question})")
+            lines.append(f"{e} ({question})")
             continue
-        if drill.accepts(got):
+        if drill.accepts(got, who=who):
             right += 1
             lines.append(f"{drill.name} = {got:.6g}: right")
             continue
         wrong.append(drill.name)
-        hint = pitfalls.drill(drill, got) if pitfalls is not None else None
-        hint = hint or next((h for value, h in drill.hints if math.isclose(got, value, rel_tol=1e-9)), None)
-        lines.append(f"{drill.name} = {got:.6g}: not yet the {drill.question} (graded {drill.tolerance()})")
+        hint = None
+        if drill.variant is not None and who not in SELF and drill.accepts(got, who=""):
+            hint = ("That is the answer on the workbook's own numbers: your drills are drawn for you (the cell above "
+                    "the drills prints them); answer on those.")
+        hint = hint or (pitfalls.drill(drill, got, who) if pitfalls is not None else None)
+        hint = hint or next((h for value, h in drill.hint_pairs(who) if math.isclose(got, value, rel_tol=1e-9)), None)
+        lines.append(f"{drill.name} = {got:.6g}: not yet the {question} (graded {drill.tolerance(who)})")
         if hint:
             hints.append(hint)
     if not wrong and not missing:
@@ -361,29 +417,31 @@ def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None) -> Verdict
 
 
 def grade_namespace(chapter: Chapter, namespace: dict, seed: int, root: Path | None = None,
-                    pitfalls: Pitfalls | None = None, cells=None, stop_early: bool = False) -> dict[str, Verdict]:
+                    pitfalls: Pitfalls | None = None, cells=None, stop_early: bool = False,
+                    learner: str = "") -> dict[str, Verdict]:
     """test cell -> Verdict for a learner's ``namespace`` graded in this process (no kernel, no sandbox): the
-    same requests, answers as plain data and judgement as a sandboxed grading (``cells``: only these).
+    same requests, answers as plain data and judgement as a sandboxed grading (``cells``: only these; drawn
+    drills on ``learner``'s numbers).
 
     ``stop_early``: the verdict alone, as fast as it can be had (mutation testing grades thousands of wrong
     programs): an exercise's cases are asked for and judged one at a time, up to the first that fails, and no
     pitfall is named."""
     if stop_early:
-        return {cell: _first_failure(chapter, cell, seed, namespace) for cell in cells or chapter.cells}
+        return {cell: _first_failure(chapter, cell, seed, namespace, learner) for cell in cells or chapter.cells}
     pitfalls = pitfalls or Pitfalls(chapter, root or paths.repo_root())
     out = {}
     for cell in cells or chapter.cells:
         reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
-        out[cell] = judge(chapter, cell, seed, reply, pitfalls)
+        out[cell] = judge(chapter, cell, seed, reply, pitfalls, learner)
     return out
 
 
-def _first_failure(chapter: Chapter, cell: str, seed: int, namespace: dict) -> Verdict:
+def _first_failure(chapter: Chapter, cell: str, seed: int, namespace: dict, learner: str = "") -> Verdict:
     """``cell``'s verdict without a pitfall's name, judging one case at a time up to the first failing one."""
     graded = chapter.cells[cell]
     if isinstance(graded, Drills):
         reply = json.loads(json.dumps(answer(request(chapter, cell, seed), namespace)))
-        return judge(chapter, cell, seed, reply, None)
+        return judge(chapter, cell, seed, reply, None, learner)
     all_cases = cases(graded, seed)
     for args in all_cases:
         req = {"calls": [request_call(s, [plain.encode(list(args))]) for s in _specs(graded)]}

@@ -94,7 +94,7 @@ def grade_attempt(task: dict, gradebook: bytes) -> dict:
     autograded notebook's text, or None).
     """
     from servelab_autograder.runner import sandbox
-    from servelab_autograder.runner.kernel_guard import ENV_PLAN
+    from servelab_autograder.runner.kernel_guard import ENV_PLAN, learner_env
 
     root, a, s = Path(task["root"]), task["assignment"], task["student"]
     started = time.monotonic()
@@ -123,7 +123,7 @@ def grade_attempt(task: dict, gradebook: bytes) -> dict:
             # the head's build is not on this machine (a worker elsewhere): build the chapter's own here
             plan["library"] = str(_library(root, a, task["references"]))
         (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-        env = dict(nbgrader_process.venv_path_env(), **{ENV_PLAN: str(work / "plan.json")})
+        env = dict(nbgrader_process.venv_path_env(), **learner_env(plan), **{ENV_PLAN: str(work / "plan.json")})
         argv = ["autograde", a, "--student", s, "--force", f"--CourseDirectory.db_url=sqlite:///{db}",
                 f"--CourseDirectory.submitted_directory={work / 'submitted'}",
                 f"--CourseDirectory.autograded_directory={work / 'autograded'}",

@@ -18,10 +18,11 @@ from pathlib import Path
 import nbformat
 
 from servelab_autograder import paths
+from servelab_autograder.exercises import variants
 from servelab_autograder.judge import verdicts
 from servelab_autograder.runner import limits as grading_limits
 from servelab_autograder.runner import nbgrader_process, sandbox
-from servelab_autograder.runner.kernel_guard import ENV_PLAN, TIMEOUT_ENAME
+from servelab_autograder.runner.kernel_guard import ENV_PLAN, TIMEOUT_ENAME, learner_env
 from servelab_autograder.runner.results import (
     RESULTS,
     Outcome,
@@ -316,7 +317,9 @@ class Grader:
                 "sandbox": self.use_sandbox, "box_dir": str(job.box_dir),
                 "font_cache": str(self.font_cache) if self.font_cache else None}
         if verdicts.table(job.assignment) is not None:
-            plan["verdicts"] = {"assignment": job.assignment, "seed": self.seed}
+            # whose drill numbers: this submission's student id, in this course (exercises.variants)
+            plan["verdicts"] = {"assignment": job.assignment, "seed": self.seed, "learner": job.student,
+                                "course": variants.course()}
         if job.assignment in self.libraries:
             plan["library"] = str(self.libraries[job.assignment])
         job.started = time.monotonic()
@@ -328,7 +331,7 @@ class Grader:
         plan = self.plan(job)
         plan_path = self.staging / f"plan-{self.boxes}.json"
         plan_path.write_text(json.dumps(plan), encoding="utf-8")
-        env = dict(self.env)
+        env = dict(self.env, **learner_env(plan))   # a kernel outside the sandbox inherits nbgrader's environment
         env[ENV_PLAN] = str(plan_path)
         argv = ["autograde", job.assignment, "--student", job.student, "--force", *self.nbgrader_args()]
         job.child = nbgrader_process.start_nbgrader(argv, cwd=self.root, log_path=job.log, env=env)

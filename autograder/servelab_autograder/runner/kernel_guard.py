@@ -4,7 +4,7 @@
 
     {"progress": FILE, "skip": {INDEX: MESSAGE}, "scale": {INDEX: FACTOR}, "limits": {...},
      "sandbox": true, "box_dir": DIR, "font_cache": FILE or null, "library": DIR (optional),
-     "verdicts": {"assignment": NAME, "seed": N} (optional)}
+     "verdicts": {"assignment": NAME, "seed": N, "learner": ID, "course": ID} (optional)}
 
 With a plan, :class:`GuardedExecute` is nbgrader's ``Execute`` that also
 
@@ -20,8 +20,8 @@ With a plan, :class:`GuardedExecute` is nbgrader's ``Execute`` that also
 - appends one JSON line per event to the progress file, so the grader knows which cell a dead or stuck
   kernel was running, and which cell called ``exit()``;
 - for a chapter graded from a table (``"verdicts"``), answers each graded test cell with a probe and a
-  verdict made here (:mod:`servelab_autograder.judge.verdicts`), and does not run the cells that only show the
-  reference;
+  verdict made here (:mod:`servelab_autograder.judge.verdicts`; drawn drills on ``learner``'s numbers, which the
+  kernel is also told, to print them), and does not run the cells that only show the reference;
 - does not run the cells listed in ``skip``, giving them a ``CellTimeoutError`` output (0 points for a
   graded cell, as a timeout), and runs the cells in ``scale`` with their time limits multiplied.
 
@@ -75,6 +75,14 @@ def _error(ename: str, evalue: str):
                                   traceback=[f"{ename}: {lines[0]}", *lines[1:]])
 
 
+def learner_env(plan: dict) -> dict[str, str]:
+    """What the kernel is told of whose drill numbers to print (exercises.variants): the plan's learner and course.
+    Only the display: the verdicts use the plan's learner on this side."""
+    v = plan.get("verdicts") or {}
+    return {k: str(v[key]) for k, key in (("SERVELAB_LEARNER", "learner"), ("SERVELAB_COURSE_ID", "course"))
+            if v.get(key)}
+
+
 def load_plan() -> dict | None:
     path = os.environ.get(ENV_PLAN)
     if not path:
@@ -118,7 +126,8 @@ class SandboxKernelManager(AsyncKernelManager):
         font = plan.get("font_cache")
         box_dir = Path(plan.get("box_dir") or tempfile.mkdtemp(prefix="servelab-box-"))
         library = plan.get("library")
-        self.box = sandbox.Sandbox(box_dir, limits, library=Path(library) if library else None)
+        self.box = sandbox.Sandbox(box_dir, limits, library=Path(library) if library else None,
+                                   extra_env=learner_env(plan))
         self.box.open(work_from=Path(cwd) if cwd else None, font_cache=Path(font) if font else None)
         self.transport = "ipc"
         self.cache_ports = False
@@ -242,12 +251,14 @@ class GuardedExecute(Execute):
         self._probing = False
         self.chapter = self.pitfalls = None
         self.seed = 0
+        self.learner = ""    # whose drill numbers: the student id the grader's plan names
         self.released: dict[str, list] = {}
         if self.plan is not None and self.plan.get("verdicts"):
             from servelab_autograder.judge import verdicts
 
             self.chapter = verdicts.table(self.plan["verdicts"]["assignment"])
             self.seed = int(self.plan["verdicts"]["seed"])
+            self.learner = str(self.plan["verdicts"].get("learner") or "")
             self.pitfalls = verdicts.Pitfalls(self.chapter, paths.repo_root())
             self.released = released_outputs(self.chapter.assignment, set(self.chapter.demos))
 
@@ -315,7 +326,8 @@ class GuardedExecute(Execute):
                 reply = json.loads(replies[0])
             except (TypeError, ValueError):
                 reply = {}
-            v = verdicts.judge(self.chapter, gid, self.seed, reply if isinstance(reply, dict) else {}, self.pitfalls)
+            v = verdicts.judge(self.chapter, gid, self.seed, reply if isinstance(reply, dict) else {}, self.pitfalls,
+                               self.learner)
         if v.passed:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{v.message} (seed {self.seed})\n")]
         else:

@@ -231,6 +231,7 @@ class Sandbox:
     python: str = sys.executable
     library: Path | None = None          # a build of servelab to show instead of the checkout's (build_library)
     slot: Slot | None = None
+    extra_env: dict = field(default_factory=dict)   # what the grader tells the kernel (whose drill numbers)
 
     # --- host paths ---
     @property
@@ -311,6 +312,7 @@ class Sandbox:
         }
         # One thread per library pool: threads count against the process limit, and CPU time is the budget.
         env.update({var: "1" for var in THREAD_VARS})
+        env.update(self.extra_env)
         return env
 
     def rlimits(self) -> dict[str, int]:

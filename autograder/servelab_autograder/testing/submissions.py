@@ -7,6 +7,8 @@ writes ``DIR/<student>/<assignment>/<assignment>.ipynb`` for every chapter (or t
     solution              the released notebook with every solution cell filled in (a perfect learner)
     stubs                 the released notebook, untouched
     wrong-<pitfall>       the solution with autograder/known_wrong/<a>/<pitfall>.diff applied
+    copied-drills         (a chapter whose drills are drawn per learner) the solution with the drills' answers
+                          typed in as numbers: the workbook's own, right for another learner, not for this one
     tamper-<kind>         malformed JSON, another chapter's notebook, a renamed function, an endless loop
                           that swallows KeyboardInterrupt, os._exit(0), a deleted / edited / duplicated /
                           metadata-stripped test cell
@@ -289,9 +291,32 @@ def all_submissions(assignment: str, root: Path | None = None, others: list[str]
         subs[f"wrong-{name}"] = (nb, {"status": "graded", "score": None, "max_score": top, "below_full": True,
                                       "fails": info["fails"], "message": info["message"],
                                       "description": info["description"]})
+    copied = copied_drills(assignment, root)
+    if copied is not None:
+        subs["copied-drills"] = copied
     for kind, (nb, exp) in tamper(assignment, root, others).items():
         subs[f"tamper-{kind}"] = (nb, exp)
     return subs
+
+
+def copied_drills(assignment: str, root: Path | None = None) -> tuple | None:
+    """(notebook, expected) for answers copied from another learner: the solution whose drills cell assigns the
+    workbook's own answers as numbers. None for a chapter whose drills are not drawn per learner."""
+    from servelab_autograder.judge.verdicts import Pitfalls, table
+
+    root = root or repo_root()
+    chapter = table(assignment)
+    if chapter is None or chapter.drills is None or not any(d.variant for d in chapter.drills.drills):
+        return None
+    theirs = Pitfalls(chapter, root).namespace(None)
+    nb = complete_submission(assignment, root)
+    test = chapter.drills.cell
+    cell = nb.cells[cell_index(nb, test) - 1]          # the drills' solution cell stands before their test cell
+    cell.source = "".join(f"{d.name} = {theirs[d.name]!r}  # copied\n" for d in chapter.drills.drills)
+    points = nb.cells[cell_index(nb, test)].metadata.nbgrader["points"]
+    top = max_score(fresh(load_release(assignment, root)))
+    return nb, {"status": "graded", "score": top - points, "max_score": top, "below_full": True, "fails": [test],
+                "message": "", "description": "the drills' answers copied from the workbook's own numbers"}
 
 
 def write_one(directory: Path, student: str, assignment: str, nb) -> Path:

@@ -15,6 +15,9 @@ What the sandbox's library lacks while this chapter grades (``references``), and
 - ``servelab.simulator`` (whose ``Swap`` prices copies with ``kv_tiers.swap_time``) and ``servelab.plots.kv`` (which
   draws ``effective_copy_bandwidth``) are used only by the walkthrough's cells, which are demos: not run while
   grading. setup_1 (imports) and setup_2 (the assumptions, read from constants) run as they are.
+
+The drills are drawn per learner (``exercises.variants``): ``setup_drills`` prints the learner's numbers, and each
+drill is judged on the numbers of the student id being graded.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import random
 from servelab.analytic import costmodel
 from servelab.analytic import kv_tiers as K
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, GPUSpec, ModelSpec
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch08, common, spec
 from servelab_autograder.judge import known_wrong
@@ -146,58 +150,96 @@ def _pitfall(name: str) -> str:
 
 
 LINK = K.PCIE_GEN5_X16.bandwidth     # 53 GB/s: the course's one-direction PCIe Gen5 x16 figure
-DRILL_6_DECODES = [2048] * 64
 
 
-def drill_5() -> int:
-    """The smallest block size whose one-layer K copy of LLaMA-2-7B reaches its break-even (H100, 50%)."""
+V = {v.name: v for v in ch08.DRILLS}    # each drill's numbers, drawn per learner
+GPUS = {"H100": H100_SXM, "H200": H200}
+
+
+def _per_layer_k(model) -> int:
+    """Bytes of one token's K in one layer: what a paged cache's copy of one block holds per token."""
+    return model.num_kv_heads * model.head_dim * 2
+
+
+def _d1(n, model=None) -> float:
+    return K.break_even_bandwidth(model or _fp8(LLAMA3_8B), GPUS[n.gpu], n.tokens, n.mfu_pct / 100) / _GB
+
+
+def _d2(n, link=LINK, mfu_pct=None) -> float:
+    return link / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, n.tokens, (mfu_pct or n.mfu_pct) / 100)
+
+
+def _at_50_hint(n) -> str:
+    way = "slower, so the break-even is lower" if n.mfu_pct < 50 else "faster, so the break-even is higher"
+    return f"That is the ratio at 50% of peak, the walkthrough's: at {n.mfu_pct}% recompute is {way}."
+
+
+def _d3(n, nbytes=None) -> float:
+    copy = K.swap_copy_bytes(LLAMA3_8B, n.block) if nbytes is None else nbytes
+    return K.effective_copy_bandwidth(copy, LINK, n.latency_us * 1e-6) / _GB
+
+
+def _d4(n) -> float:
+    return K.swap_time(LLAMA2_7B, n.tokens, n.block, LINK, n.latency_us * 1e-6) * 1e3
+
+
+def _d4_hints(n) -> tuple:
+    lat, blocks, full = n.latency_us * 1e-6, -(-n.tokens // n.block), n.tokens // n.block
+    per_token, copies = LLAMA2_7B.kv_bytes_per_token, 2 * LLAMA2_7B.num_layers
+    return ((blocks * 2 * (lat + n.block * per_token / 2 / LINK) * 1e3, _pitfall("swap_one_copy_per_block")),
+            ((lat + blocks * n.block * per_token / LINK) * 1e3, _pitfall("swap_latency_once")),
+            (full * copies * (lat + n.block * _per_layer_k(LLAMA2_7B) / LINK) * 1e3, _pitfall("swap_partial_block")))
+
+
+def _d5(n) -> int:
     be = K.break_even_bandwidth(LLAMA2_7B, H100_SXM)
-    return math.ceil(K.break_even_copy_bytes(be, LINK, 10e-6) / K.swap_copy_bytes(LLAMA2_7B, 1))
+    return math.ceil(K.break_even_copy_bytes(be, LINK, n.latency_us * 1e-6) / K.swap_copy_bytes(LLAMA2_7B, 1))
 
 
-def drill_6() -> int:
+def _d6(n, batch=None, context=None) -> int:
+    decodes = [context or n.context] * (batch or n.batch)
     return costmodel._largest_fitting(lambda r: costmodel.step_cost(
-        LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=DRILL_6_DECODES).bound == "memory")
+        LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=decodes).bound == "memory")
+
+
+def _unless_right(answer, pairs) -> tuple:
+    """The hints that are wrong answers on these numbers (a common guess may be right for some draws)."""
+    return tuple((v, h) for v, h in pairs if v != answer)
 
 
 _GB = 1e9
-_BF16_HINT = "That is the bf16 cache's break-even, the walkthrough's: an fp8 cache holds half the bytes per token."
-_AT_50_HINT = ("That is the ratio at 50% of peak, the walkthrough's: at 40% recompute is slower, so the break-even is "
-               "lower.")
+_BF16_HINT = "That is the bf16 cache's break-even: an fp8 cache holds half the bytes per token."
 _ALL_LAYERS_HINT = ("That copy holds the block's K of every layer; the paged cache keeps one K tensor per layer, so "
                     "one copy holds one layer's.")
 _BLOCK_HINT = "Each token of one layer's K is num_kv_heads x head_dim x 2 bytes; find where one copy reaches the line."
-_DRILL_6_HINT = ("That is the walkthrough's step (128 sequences at 1,024 tokens); this one reads the same total KV "
-                 "with half the decode tokens, so it has a little more idle compute.")
+_DRILL_6_HINT = ("That is the walkthrough's step (128 sequences at 1,024 tokens); this one has other decodes, so "
+                 "another amount of idle compute.")
+
+
+def _prefill(model, gpu=H100_SXM, tokens=1024, **kw) -> ServingPoint:
+    return ServingPoint(model, gpu, prefill_chunks=(tokens,), **kw)
+
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "break-even bandwidth (GB/s) of Llama-3-8B with an fp8 KV cache on an H200, 1024 tokens, 50% of "
-          "peak", lambda: K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB, rel_tol=0.01,
-          hints=((K.break_even_bandwidth(LLAMA3_8B, H200) / _GB, _BF16_HINT),
-                 (K.break_even_bandwidth(_fp8(LLAMA3_8B), H200) / _GB / 2, _pitfall("break_even_no_k_and_v")))),
-    Drill("drill_2", "how many times LLaMA-2-7B's break-even (1024 tokens, 40% of peak, H100) PCIe Gen5's 53 GB/s "
-          "(one direction) is", lambda: LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), rel_tol=0.01,
-          hints=((128e9 / K.break_even_bandwidth(LLAMA2_7B, H100_SXM, 1024, 0.4), _pitfall("drills_bidirectional")),
-                 (LINK / K.break_even_bandwidth(LLAMA2_7B, H100_SXM), _AT_50_HINT))),
-    Drill("drill_3", "effective bandwidth (GB/s) of one copy of a 32-token block of one layer's K, Llama-3-8B, "
-          "53 GB/s, 10 us", lambda: K.effective_copy_bandwidth(K.swap_copy_bytes(LLAMA3_8B, 32), LINK, 10e-6) / _GB,
-          rel_tol=0.01,
-          hints=((LINK / _GB, _pitfall("effective_no_latency")),
-                 (K.effective_copy_bandwidth(32 * 32 * 8 * 128 * 2, LINK, 10e-6) / _GB, _ALL_LAYERS_HINT))),
-    Drill("drill_4", "time (ms) to swap out a 3,000-token LLaMA-2-7B sequence, 16-token blocks, 53 GB/s, 10 us a copy",
-          lambda: K.swap_time(LLAMA2_7B, 3000, 16, LINK, 10e-6) * 1e3, rel_tol=0.01,
-          hints=((188 * 2 * (10e-6 + 16 * LLAMA2_7B.kv_bytes_per_token / 2 / LINK) * 1e3,
-                  _pitfall("swap_one_copy_per_block")),
-                 ((10e-6 + 188 * 16 * LLAMA2_7B.kv_bytes_per_token / LINK) * 1e3, _pitfall("swap_latency_once")),
-                 (187 * 64 * (10e-6 + 131072 / LINK) * 1e3, _pitfall("swap_partial_block")))),
-    Drill("drill_5", "smallest block size (tokens) whose one-layer K copy reaches LLaMA-2-7B's break-even (H100, 50%) "
-          "at 53 GB/s and 10 us", drill_5,
-          hints=((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT), (32, _BLOCK_HINT))),
-    Drill("drill_6", "recomputed tokens that join a decode step of 64 Llama-3-8B sequences at 2048 tokens (H100) "
-          "before it turns compute-bound", drill_6,
-          hints=((costmodel._largest_fitting(lambda r: costmodel.step_cost(
-              LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=[1024] * 128).bound == "memory"),
-              _DRILL_6_HINT),)),
+    Drill("drill_1", "", variant=V["drill_1"], answer=_d1, rel_tol=0.01,
+          points=lambda n: (_prefill(LLAMA3_8B, GPUS[n.gpu], n.tokens, kv_dtype="fp8"),),
+          hints=lambda n: ((_d1(n, LLAMA3_8B), _BF16_HINT), (_d1(n) / 2, _pitfall("break_even_no_k_and_v")))),
+    Drill("drill_2", "", variant=V["drill_2"], answer=_d2, rel_tol=0.01,
+          points=lambda n: (_prefill(LLAMA2_7B, tokens=n.tokens),),
+          hints=lambda n: ((_d2(n, 128e9), _pitfall("drills_bidirectional")), (_d2(n, mfu_pct=50), _at_50_hint(n)))),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=lambda n: (),
+          hints=lambda n: ((LINK / _GB, _pitfall("effective_no_latency")),
+                           (_d3(n, n.block * LLAMA3_8B.num_layers * _per_layer_k(LLAMA3_8B)), _ALL_LAYERS_HINT))),
+    # 0.2%: up to 256 blocks, one block fewer (a part-filled last block dropped) is at least 0.39% less
+    Drill("drill_4", "", variant=V["drill_4"], answer=_d4, rel_tol=0.002,
+          points=lambda n: (ServingPoint.decode(LLAMA2_7B, H100_SXM, 1, n.tokens),), hints=_d4_hints),
+    Drill("drill_5", "", variant=V["drill_5"], answer=_d5, points=lambda n: (_prefill(LLAMA2_7B),),
+          hints=lambda n: _unless_right(_d5(n), ((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT),
+                                                 (32, _BLOCK_HINT)))),
+    Drill("drill_6", "", variant=V["drill_6"], answer=_d6,
+          points=lambda n: (ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(n.context,) * n.batch,
+                                         prefill_chunks=(_d6(n),)),),
+          hints=lambda n: _unless_right(_d6(n), ((_d6(n, 128, 1024), _DRILL_6_HINT),))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
@@ -206,6 +248,7 @@ CHAPTER = Chapter(
     prelude="import math\n\nimport numpy as np\n\nfrom servelab.analytic import costmodel, kv_tiers\n"
             "from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B\n",
     demos=("setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.kv_tiers:{n}" for n in (
         "recompute_time", "break_even_bandwidth", "effective_copy_bandwidth", "break_even_copy_bytes", "swap_copies",
         "swap_copy_bytes", "swap_time")),

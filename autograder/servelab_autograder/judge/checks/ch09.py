@@ -26,6 +26,7 @@ import random
 
 from servelab.analytic import capacity
 from servelab.analytic.costmodel import A100_PCIE, H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, MISTRAL_7B
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch09
 from servelab_autograder.exercises.spec import DEFAULT
@@ -177,80 +178,97 @@ def _knee_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1_CONTEXT = 3000
-D2_CONTEXT = 128
-D3_RATE, D3_PROMPT, D3_OUTPUT = 60.0, 64, 512
-D4 = dict(input_tokens_per_day=100e9, output_tokens_per_day=2e9, prompt_len=4000, batch=96)   # 114 fit at 4080
-D5_PROMPT, D5_BATCH, D5_CONTEXT = 4000, 96, 4096
-D6_DECODES, D6_CONTEXT = 96, 4096
-D7_TBT_S, D7_DECODES, D7_CONTEXT = 0.05, 64, 4096
+V = {v.name: v for v in ch09.DRILLS}    # each drill's numbers, drawn per learner
 
 
-def d3_line() -> tuple[float, float]:
-    return capacity.step_line(LLAMA3_8B, H100_SXM, capacity.mean_context(D3_PROMPT, D3_OUTPUT))
+def _d3_line(n) -> tuple[float, float]:
+    return capacity.step_line(LLAMA3_8B, H100_SXM, capacity.mean_context(n.prompt, n.output))
 
 
-def d5_costs() -> tuple[float, float]:
-    return (capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, D5_PROMPT),
-            capacity.decode_s_per_token(LLAMA3_8B, H100_SXM, D5_BATCH, D5_CONTEXT))
+def _d4_args(n) -> tuple:
+    return (LLAMA3_8B, H100_SXM, n.input_billions * 1e9, n.output_billions * 1e9, n.prompt, n.batch)
 
 
-def _d4_plan():
-    return capacity.fleet_size(LLAMA3_8B, H100_SXM, **D4)
+def _d4_context(n) -> int:
+    """The decode batch's mean context, as fleet_size prices it: the prompt and half the output per request."""
+    out = n.output_billions / (n.input_billions / n.prompt)
+    return round(n.prompt + out / 2)
+
+
+def _d5_costs(n) -> tuple[float, float]:
+    return (capacity.prefill_s_per_token(LLAMA3_8B, H100_SXM, n.prompt),
+            capacity.decode_s_per_token(LLAMA3_8B, H100_SXM, n.batch, n.context))
+
+
+def _d7(n, context=None) -> int:
+    return capacity.slo_budget(MISTRAL_7B, A100_PCIE, n.tbt_ms / 1e3, n.decodes, n.context if context is None else
+                               context)
+
+
+def _unless_right(answer, pairs) -> tuple:
+    """The hints that are wrong answers on these numbers (a common guess may be right for some draws)."""
+    return tuple((v, h) for v, h in pairs if v != answer)
 
 
 _H100_HINT = "That is the H100's answer: the H200 has the same compute, 141 GB instead of 80 and 4.8 TB/s."
 _RIDGE_HINT = ("That is the H200's ridge point, a number of FLOPs per byte, not of sequences: each sequence also adds "
                "its KV to the bytes, so the batch where the step turns compute-bound is larger.")
-_SHARE_HINT = ("That is share / (1 - share) alone: weigh it by what a token costs in each phase, decode_s / "
-               "prefill_s.")
-_D2_256_HINT = ("That is the batch at 256 tokens of context: at 128 each sequence reads half the KV, so the "
-                "compute catches up with the bytes sooner.")
+_D2_TWICE_HINT = ("That is the batch at twice this context: here each sequence reads half that KV, so the compute "
+                  "catches up with the bytes sooner.")
 _KNEE_RIDGE_HINT = ("That is the H100's ridge point in FLOPs per byte: the knee is a number of tokens in the step, "
                     "decodes and chunk together.")
-
-_D7_KV_HINT = ("That budget leaves out the decodes' KV reads: each of the 64 reads its 4,096 tokens of context "
-               "every step, which takes time from the chunk.")
+_D7_KV_HINT = ("That budget leaves out the decodes' KV reads: each decode reads its whole context every step, which "
+               "takes time from the chunk.")
 _D7_SARATHI_HINT = "That is the budget a paper ran with, not the largest one the target allows at the peaks."
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", f"sequences of {D1_CONTEXT} tokens each whose KV fits on one H200 next to Llama-3-8B (92% of "
-          "the memory)", lambda: capacity.kv_ceiling(LLAMA3_8B, H200, D1_CONTEXT),
-          hints=((capacity.kv_ceiling(LLAMA3_8B, H100_SXM, D1_CONTEXT), _H100_HINT),
-                 (int(0.92 * H200.memory_bytes // LLAMA3_8B.kv_bytes_per_token) // D1_CONTEXT,
-                  _pitfall("kv_ignores_weights")))),
-    Drill("drill_2", f"smallest decode batch of Llama-3-8B on one H200, {D2_CONTEXT} tokens of context each, whose "
-          "step is compute-bound", lambda: capacity.compute_ridge_batch(LLAMA3_8B, H200, D2_CONTEXT),
-          hints=((capacity.compute_ridge_batch(LLAMA3_8B, H100_SXM, D2_CONTEXT), _H100_HINT),
-                 (capacity.compute_ridge_batch(LLAMA3_8B, H200, 256), _D2_256_HINT),
-                 (round(H200.ridge_flops_per_byte), _RIDGE_HINT))),
-    Drill("drill_3", f"running sequences at {D3_RATE:g} requests/s of {D3_PROMPT}-token prompts and {D3_OUTPUT} output "
-          "tokens, Llama-3-8B on one H100", lambda: capacity.resident_sequences(D3_RATE, D3_OUTPUT, *d3_line()),
-          rel_tol=0.01, hints=((D3_RATE * D3_OUTPUT * sum(d3_line()), _pitfall("resident_naive_step")),)),
-    Drill("drill_4", "H100s for 100 billion input and 2 billion output tokens a day, 4000-token prompts, decode batch "
-          f"{D4['batch']}, 8192-token prefill steps, Llama-3-8B", lambda: _d4_plan().gpus,
-          hints=((math.ceil(_d4_plan().decode_gpu_hours / 24), _pitfall("fleet_decode_only")),
-                 (math.floor(_d4_plan().gpu_hours / 24), _pitfall("fleet_rounds_down")))),
-    Drill("drill_5", f"input:output token ratio at which prefill is three quarters of the GPU time ({D5_PROMPT}-token "
-          f"prompts in 8192-token steps, decode batch {D5_BATCH} at {D5_CONTEXT} tokens, Llama-3-8B on H100s)",
-          lambda: capacity.prefill_share_ratio(0.75, *d5_costs()), rel_tol=0.02,
-          hints=((3.0, _pitfall("drills_share_unweighted")),)),
-    Drill("drill_6", f"token budget at which a step of {D6_DECODES} decodes at {D6_CONTEXT} tokens plus one prefill "
-          "chunk turns compute-bound, Llama-3-8B on one H100",
-          lambda: capacity.budget_knee(LLAMA3_8B, H100_SXM, D6_DECODES, D6_CONTEXT), rel_tol=0.005,
-          hints=((capacity.budget_knee(LLAMA3_8B, H100_SXM, D6_DECODES, 0), _pitfall("knee_ignores_decode_kv")),
-                 (capacity.budget_knee(LLAMA3_8B, H100_SXM, D6_DECODES, D6_CONTEXT) - D6_DECODES,
-                  _pitfall("knee_chunk_only")),
-                 (round(H100_SXM.ridge_flops_per_byte), _KNEE_RIDGE_HINT))),
-    Drill("drill_7", f"largest token budget a {D7_TBT_S:g} s time-between-tokens target allows: {D7_DECODES} decodes "
-          f"at {D7_CONTEXT} tokens plus one chunk of a new prompt, Mistral-7B on one A100 80GB PCIe at its peaks",
-          lambda: capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, D7_CONTEXT), abs_tol=1.5,
-          hints=((capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, D7_CONTEXT) - D7_DECODES,
-                  _pitfall("knee_chunk_only")),
-                 (capacity.slo_budget(MISTRAL_7B, A100_PCIE, D7_TBT_S, D7_DECODES, 0), _D7_KV_HINT),
-                 (capacity.budget_knee(MISTRAL_7B, A100_PCIE, D7_DECODES, D7_CONTEXT),
-                  _pitfall("drills_slo_is_the_knee")),
-                 (512, _D7_SARATHI_HINT))),
+    Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: capacity.kv_ceiling(LLAMA3_8B, H200, n.context),
+          points=lambda n: (ServingPoint.decode(LLAMA3_8B, H200, capacity.kv_ceiling(LLAMA3_8B, H200, n.context),
+                                                n.context - 1),),
+          hints=lambda n: ((capacity.kv_ceiling(LLAMA3_8B, H100_SXM, n.context), _H100_HINT),
+                           (int(0.92 * H200.memory_bytes // LLAMA3_8B.kv_bytes_per_token) // n.context,
+                            _pitfall("kv_ignores_weights")))),
+    Drill("drill_2", "", variant=V["drill_2"],
+          answer=lambda n: capacity.compute_ridge_batch(LLAMA3_8B, H200, n.context),
+          points=lambda n: (ServingPoint.decode(LLAMA3_8B, H200, capacity.compute_ridge_batch(LLAMA3_8B, H200,
+                                                                                             n.context),
+                                                n.context - 1),),
+          hints=lambda n: _unless_right(capacity.compute_ridge_batch(LLAMA3_8B, H200, n.context), (
+              (capacity.compute_ridge_batch(LLAMA3_8B, H100_SXM, n.context), _H100_HINT),
+              (capacity.compute_ridge_batch(LLAMA3_8B, H200, 2 * n.context), _D2_TWICE_HINT),
+              (round(H200.ridge_flops_per_byte), _RIDGE_HINT)))),
+    Drill("drill_3", "", variant=V["drill_3"],
+          answer=lambda n: capacity.resident_sequences(n.rate, n.output, *_d3_line(n)), rel_tol=0.01,
+          points=lambda n: (ServingPoint.decode(
+              LLAMA3_8B, H100_SXM, math.ceil(capacity.resident_sequences(n.rate, n.output, *_d3_line(n))),
+              round(capacity.mean_context(n.prompt, n.output))),),
+          hints=lambda n: ((n.rate * n.output * sum(_d3_line(n)), _pitfall("resident_naive_step")),)),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: capacity.fleet_size(*_d4_args(n)).gpus,
+          points=lambda n: (ServingPoint.decode(LLAMA3_8B, H100_SXM, n.batch, _d4_context(n)),),
+          hints=lambda n: _unless_right(capacity.fleet_size(*_d4_args(n)).gpus, (
+              (math.ceil(capacity.fleet_size(*_d4_args(n)).decode_gpu_hours / 24), _pitfall("fleet_decode_only")),
+              (math.floor(capacity.fleet_size(*_d4_args(n)).gpu_hours / 24), _pitfall("fleet_rounds_down"))))),
+    Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: capacity.prefill_share_ratio(0.75, *_d5_costs(n)),
+          rel_tol=0.02, points=lambda n: (ServingPoint.decode(LLAMA3_8B, H100_SXM, n.batch, n.context),),
+          hints=lambda n: ((3.0, _pitfall("drills_share_unweighted")),)),
+    Drill("drill_6", "", variant=V["drill_6"],
+          answer=lambda n: capacity.budget_knee(LLAMA3_8B, H100_SXM, n.decodes, n.context), rel_tol=0.005,
+          points=lambda n: (ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(n.context,) * n.decodes,
+                                         prefill_chunks=(capacity.budget_knee(LLAMA3_8B, H100_SXM, n.decodes,
+                                                                              n.context) - n.decodes,)),),
+          hints=lambda n: (
+              (capacity.budget_knee(LLAMA3_8B, H100_SXM, n.decodes, 0), _pitfall("knee_ignores_decode_kv")),
+              (capacity.budget_knee(LLAMA3_8B, H100_SXM, n.decodes, n.context) - n.decodes,
+               _pitfall("knee_chunk_only")),
+              (round(H100_SXM.ridge_flops_per_byte), _KNEE_RIDGE_HINT))),
+    Drill("drill_7", "", variant=V["drill_7"], answer=_d7, abs_tol=1.5,
+          points=lambda n: (ServingPoint(MISTRAL_7B, A100_PCIE, decode_contexts=(n.context,) * n.decodes,
+                                         prefill_chunks=(_d7(n) - n.decodes,)),),
+          hints=lambda n: _unless_right(_d7(n), (
+              (_d7(n) - n.decodes, _pitfall("knee_chunk_only")),
+              (_d7(n, context=0), _D7_KV_HINT),
+              (capacity.budget_knee(MISTRAL_7B, A100_PCIE, n.decodes, n.context), _pitfall("drills_slo_is_the_knee")),
+              (512, _D7_SARATHI_HINT)))),
 ), read=lambda value, name: ch09.common.as_float(value, name, ch09.common.short_repr(12, 120), finite=True))
 
 
@@ -260,6 +278,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import (A100_PCIE, DEFAULT_STEP_OVERHEAD_S, H100_SXM, H200, LLAMA2_7B, "
             "LLAMA3_8B, MISTRAL_7B)\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.capacity:{n}" for n in (
         "kv_ceiling", "compute_ridge_batch", "running_ceilings", "resident_sequences", "fleet_size",
         "prefill_share_ratio", "budget_knee")),

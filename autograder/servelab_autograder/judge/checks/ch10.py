@@ -21,6 +21,7 @@ import random
 
 from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder.exercises import ch10, common
 from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
 
@@ -103,34 +104,45 @@ def _gain(cpu: float, gpu: float) -> float:
     return (cpu + gpu) / max(cpu, gpu)
 
 
-_BATCH, _CONTEXT, _CPU = 64, 1024, 2e-3
-_SEEN = costmodel.step_cost(LLAMA3_8B, H100_SXM, decode_context_lens=[_CONTEXT] * _BATCH).seconds()
+V = {v.name: v for v in ch10.DRILLS}    # each drill's numbers, drawn per learner
+
+
+def _seen(n) -> float:
+    """The decode step with the fixed overhead: what StepCost.seconds() gives."""
+    return costmodel.step_cost(LLAMA3_8B, H100_SXM, decode_context_lens=[n.context] * n.batch).seconds()
+
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "throughput gain of overlapping a 2 ms CPU part with a 6 ms GPU part", lambda: _gain(2e-3, 6e-3),
-          rel_tol=0.01,
-          hints=((0.75, "That is the overlapped step time over the synchronous one: the gain is the other way up."),
-                 (4.0, "That is 1 + GPU / CPU: the shorter part hides behind the longer, so divide by the longer."))),
-    Drill("drill_2", "gain of overlapping a 2 ms CPU part with a decode step of 64 Llama-3-8B sequences at 1024 "
-          "tokens on an H100 (roofline time)", lambda: _gain(_CPU, _gpu_s(_BATCH, _CONTEXT)), rel_tol=0.01,
-          hints=((_gain(_CPU, _SEEN), "StepCost.seconds() adds the fixed per-step overhead: that is CPU time "
-                                      "already, so take max(compute_s, memory_s) for the GPU part."),)),
-    Drill("drill_3", "percentage of the decode slots wasted when every request stops on eos at its 40th output "
-          "token, decoded back to back", lambda: 100 * 1 / 40, rel_tol=0.005,
-          hints=((100 / 39, "Divide the wasted slot by all 40 slots, not by the 39 useful ones."),)),
-    Drill("drill_4", "percentage of the decode slots wasted when every request stops at max_tokens = 40",
-          lambda: 0.0, abs_tol=1e-9,
-          hints=((100 / 40, "A stop at max_tokens is known before the last token exists: the scheduler does not "
-                       "schedule that request again, so nothing is wasted."),)),
-    Drill("drill_5", "CPU time (ms) per step at which overlap gains exactly 1.5x over a 10 ms GPU step (the smaller "
-          "answer)", lambda: 5.0, rel_tol=0.01,
-          hints=((20.0, "That is the other answer, a CPU-bound step; the drill asks for the smaller."),
-                 (15.0, "1.5 x the GPU time is the synchronous step, not the CPU part."))),
-    Drill("drill_6", "wasted decodes that take a fresh 16-token block, of 1,600 eos stops whose positions spread "
-          "evenly over the 16 offsets of a block", lambda: 1600 / 16, rel_tol=0.01,
-          hints=((1600, "A wasted decode takes a block only when its position opens one: one offset in 16."),
-                 (0, "The eos token's KV is computed by the wasted decode: it needs a slot, and a new block when "
-                     "its position opens one."))),
+    Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _gain(n.cpu_ms, n.gpu_ms), rel_tol=0.01,
+          points=lambda n: (),
+          hints=lambda n: (
+              (max(n.cpu_ms, n.gpu_ms) / (n.cpu_ms + n.gpu_ms),
+               "That is the overlapped step time over the synchronous one: the gain is the other way up."),
+              (1 + max(n.cpu_ms, n.gpu_ms) / min(n.cpu_ms, n.gpu_ms),
+               "That is 1 + longer / shorter: the shorter part hides behind the longer, so divide by the longer."))),
+    Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _gain(n.cpu_ms * 1e-3, _gpu_s(n.batch, n.context)),
+          rel_tol=0.005, points=lambda n: (ServingPoint.decode(LLAMA3_8B, H100_SXM, n.batch, n.context),),
+          hints=lambda n: ((_gain(n.cpu_ms * 1e-3, _seen(n)),
+                            "StepCost.seconds() adds the fixed per-step overhead: that is CPU time already, so take "
+                            "max(compute_s, memory_s) for the GPU part."),)),
+    Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: 100 * 1 / n.eos_at, rel_tol=0.005,
+          points=lambda n: (),
+          hints=lambda n: ((100 / (n.eos_at - 1), f"Divide the wasted slot by all {n.eos_at} slots, not by the "
+                                                  f"{n.eos_at - 1} useful ones."),)),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: 0.0, abs_tol=1e-9, points=lambda n: (),
+          hints=lambda n: ((100 / n.max_tokens, "A stop at max_tokens is known before the last token exists: the "
+                                                "scheduler does not schedule that request again, so nothing is "
+                                                "wasted."),)),
+    Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: n.gpu_ms * (n.gain - 1), rel_tol=0.01,
+          points=lambda n: (),
+          hints=lambda n: ((n.gpu_ms / (n.gain - 1), "That is the other answer, a CPU-bound step; the drill asks for "
+                                                    "the smaller."),
+                           (n.gain * n.gpu_ms, f"{n.gain} x the GPU time is the synchronous step, not the CPU part."))),
+    Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: n.stops // n.block, points=lambda n: (),
+          hints=lambda n: ((n.stops, "A wasted decode takes a block only when its position opens one: one offset "
+                                     f"in {n.block}."),
+                           (0, "The eos token's KV is computed by the wasted decode: it needs a slot, and a new block "
+                               "when its position opens one."))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
@@ -139,6 +151,7 @@ CHAPTER = Chapter(
     prelude="from servelab.analytic import costmodel\nfrom servelab.analytic.costmodel import H100_SXM, LLAMA3_8B\n"
             "from servelab.schedulers.scheduler import SequenceStatus\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.schedulers.async_scheduler:{n}" for n in (
         "AsyncScheduler.postprocess", "wasted_work", "overlap_speedup")),
     exercises=(

@@ -14,15 +14,18 @@ What the sandbox's library lacks while this chapter grades (``references``), and
 
 The walkthrough's cells that run the library or the simulator (the stretch picture, the transfer table, goodput and
 the crossover, the simulator against the closed forms) are demos: not run while grading. setup_1 (imports) runs as
-it is.
+it is. The drills are drawn per learner (``exercises.variants``): ``setup_drills`` prints the learner's numbers, and
+each drill is judged on the numbers of the student id being graded.
 """
 
 from __future__ import annotations
 
+import math
 import random
 
 from servelab.analytic import disaggregation as dg
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA31_8B, GPUSpec
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch14
 from servelab_autograder.judge import known_wrong
@@ -150,10 +153,7 @@ def _pools_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1 = (6000,)
-D2 = (2000, 64, 3000)
-D3 = (8000, 0.015)
-D4 = (40.0, 8000, 1024, 1.0, 0.050, 50e9)
+V1, V2, V3, V4 = ch14.DRILLS     # each drill's numbers, drawn per learner
 
 
 def _stretch_as_two_steps(model, gpu: GPUSpec, chunk, decodes, ctx) -> float:
@@ -163,29 +163,51 @@ def _stretch_as_two_steps(model, gpu: GPUSpec, chunk, decodes, ctx) -> float:
         / c.step_time(model, gpu, decode_context_lens=lens)
 
 
-def _pools_without_kv() -> int:
-    n = 1
-    while dg.decode_tpot(M, G, D4[0] / n, D4[1], D4[2])[0] > D4[4]:
-        n += 1
-    return n
+def _d4(n) -> tuple:
+    return (float(n.rate), n.prompt, n.output, 1.0, n.tpot_ms / 1e3, 50e9)
+
+
+def _pools_without_kv(n) -> int:
+    rate, prompt, output, _, tpot, _ = _d4(n)
+    k = 1
+    while dg.decode_tpot(M, G, rate / k, prompt, output)[0] > tpot:
+        k += 1
+    return k
+
+
+def _decode_point(n) -> ServingPoint:
+    """A decode GPU's step at its mean running batch (rounded up) and mean context, as the claims check it."""
+    rate, prompt, output, *_ = _d4(n)
+    running = dg.decode_tpot(M, G, rate / dg.pd_pools(M, G, *_d4(n))[1], prompt, output)[1]
+    return ServingPoint.decode(M, G, math.ceil(running), prompt + (output - 2) // 2)
+
+
+def _d1(n, link=RDMA) -> float:
+    return dg.exposed_transfer_s(M, G, n.prompt, link, False) * 1e3
+
+
+def _d3(n, layerwise=True) -> float:
+    return dg.break_even_bandwidth(M, G, n.prompt, n.budget_ms / 1e3, layerwise) / 1e9
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", f"ms to send a {D1[0]}-token prompt's KV whole over a 400 Gb/s NIC",
-          lambda: dg.exposed_transfer_s(M, G, D1[0], RDMA, False) * 1e3, rel_tol=0.002,
-          hints=((dg.exposed_transfer_s(M, G, D1[0], 400e9, False) * 1e3, _pitfall("drills_bits_for_bytes")),
-                 (2 * dg.exposed_transfer_s(M, G, D1[0], RDMA, False) * 1e3, _pitfall("transfer_round_trip")),
-                 (dg.exposed_transfer_s(M, G, D1[0], RDMA, False), "That is seconds: the drill asks for ms."))),
-    Drill("drill_2", f"the stretch of {D2[1]} decodes at {D2[2]} tokens with a {D2[0]}-token prefill",
-          lambda: dg.tpot_stretch(M, G, *D2), rel_tol=0.002,
-          hints=((_stretch_as_two_steps(M, G, *D2), _pitfall("stretch_sums_steps")),)),
-    Drill("drill_3", f"GB/s that keep a {D3[0]}-token prompt's layer-by-layer transfer within {D3[1] * 1e3:g} ms",
-          lambda: dg.break_even_bandwidth(M, G, *D3) / 1e9, rel_tol=0.005,
-          hints=((dg.break_even_bandwidth(M, G, *D3, layerwise=False) / 1e9, _pitfall("breakeven_ignores_overlap")),
-                 (2 * dg.break_even_bandwidth(M, G, *D3) / 1e9, _pitfall("transfer_round_trip")))),
-    Drill("drill_4", "decode GPUs for 40 requests/s of 8,000-token prompts and 1,024 output tokens at 50 ms",
-          lambda: dg.pd_pools(M, G, *D4)[1],
-          hints=((_pools_without_kv(), _pitfall("pools_ignore_kv")),)),
+    Drill("drill_1", "", variant=V1, answer=_d1, rel_tol=0.002,
+          points=lambda n: (ServingPoint(M, G, prefill_chunks=(n.prompt,)),),
+          hints=lambda n: ((_d1(n, 400e9), _pitfall("drills_bits_for_bytes")),
+                           (2 * _d1(n), _pitfall("transfer_round_trip")),
+                           (_d1(n) / 1e3, "That is seconds: the drill asks for ms."))),
+    Drill("drill_2", "", variant=V2, answer=lambda n: dg.tpot_stretch(M, G, n.chunk, n.decodes, n.context),
+          rel_tol=0.002,
+          points=lambda n: (ServingPoint(M, G, decode_contexts=(n.context,) * n.decodes, prefill_chunks=(n.chunk,)),),
+          hints=lambda n: ((_stretch_as_two_steps(M, G, n.chunk, n.decodes, n.context),
+                            _pitfall("stretch_sums_steps")),)),
+    Drill("drill_3", "", variant=V3, answer=_d3, rel_tol=0.005,
+          points=lambda n: (ServingPoint(M, G, prefill_chunks=(n.prompt,)),),
+          hints=lambda n: ((_d3(n, False), _pitfall("breakeven_ignores_overlap")),
+                           (2 * _d3(n), _pitfall("transfer_round_trip")))),
+    Drill("drill_4", "", variant=V4, answer=lambda n: dg.pd_pools(M, G, *_d4(n))[1],
+          points=lambda n: (_decode_point(n),),
+          hints=lambda n: ((_pools_without_kv(n), _pitfall("pools_ignore_kv")),)),
 ), read=lambda value, name: ch14.common.as_float(value, name, ch14.common.short_repr(12, 120), finite=True))
 
 
@@ -195,6 +217,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import H100_SXM, LLAMA2_7B, LLAMA31_8B\n"
             "from servelab.analytic.disaggregation import LINKS, RDMA_400G\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.disaggregation:{n}" for n in (
         "tpot_stretch", "exposed_transfer_s", "break_even_bandwidth", "pd_pools", "goodput_per_gpu")),
     exercises=(
