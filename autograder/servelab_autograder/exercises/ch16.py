@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-from servelab.analytic import parallelism
+from servelab.analytic import capacity, parallelism
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch16_parallelism_and_cuda_graphs"
@@ -107,4 +107,37 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, None, {**_PLAIN, "capture_sizes": list})
 
 
-__all__ = ["ASSIGNMENT", "SPECS", "Shape", "case", "diagnose"]
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants), in ranges where each point runs (serving.check) and the
+# question keeps its sense; a batch that is itself a captured size is not drawn (it pads nothing)
+
+_SIZES = tuple(capacity.cudagraph_capture_sizes(1024, 8192))     # vLLM 0.33.0's default sizes on an H100 or H200
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"tokens": 256, "tp": 4},
+                     lambda rng: {"tokens": rng.randrange(64, 4097, 64), "tp": rng.choice((2, 4, 8))},
+                     "the all-reduces of a {tokens:,}-token step of Llama-3.1-8B at TP{tp}, in ms"),
+    variants.Variant("drill_2", {"tp": 4}, lambda rng: {"tp": rng.choice((2, 4, 8, 16))},
+                     "the tokens of KV Llama-3.1-70B holds at TP{tp} on H200s"),
+    variants.Variant("drill_3", {"stages": 8, "microbatches": 16},
+                     lambda rng: {"stages": rng.choice((2, 4, 8)), "microbatches": rng.choice((4, 8, 16, 32))},
+                     "the idle share (a fraction) of a pipeline of {stages} stages that runs {microbatches} "
+                     "micro-batches and drains"),
+    variants.Variant("drill_4", {"batch": 261},
+                     lambda rng: {"batch": rng.choice([b for b in range(9, 512) if b not in _SIZES])},
+                     "the padding rows of a decode batch of {batch} sequences on vLLM's default capture sizes "
+                     "(capacity.cudagraph_capture_sizes(1024, 8192))"),
+    variants.Variant("drill_5", {"dtype": "fp8", "gpu": "H200"},
+                     lambda rng: {"dtype": rng.choice(("bf16", "fp8")), "gpu": rng.choice(("H100", "H200"))},
+                     "the tokens a decode step of DeepSeek-V3 with {dtype} weights on {gpu}s must hold for its "
+                     "experts to be compute-bound (serving.priced gives the model and GPU at that dtype)"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_2.tp`` and so on."""
+    return variants.show(DRILLS, who)
+
+
+__all__ = ["ASSIGNMENT", "DRILLS", "SPECS", "Shape", "case", "diagnose", "drill_numbers"]

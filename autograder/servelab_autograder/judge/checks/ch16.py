@@ -14,14 +14,15 @@ What the sandbox's library lacks while this chapter grades (``references``), and
   ``launch_overhead_s``, ``bubble_fraction``, ``expert_ridge_tokens``, ``mla_group_kv_tokens``, which the demos use).
 
 The walkthrough's cells that run the library or the simulator are demos: not run while grading. setup_1 (imports)
-runs as it is.
+runs as it is. The drills are drawn per learner (``exercises.variants``): ``setup_drills`` prints the learner's
+numbers, and each drill is judged on the numbers of the student id being graded.
 """
 
 from __future__ import annotations
 
 import random
 
-from servelab.analytic import capacity, costmodel, serving
+from servelab.analytic import capacity, serving
 from servelab.analytic import parallelism as par
 from servelab.analytic.costmodel import DEEPSEEK_V3, H100_SXM, H200, LLAMA2_7B, LLAMA31_8B, MIXTRAL_8X7B
 from servelab_autograder import paths
@@ -147,35 +148,43 @@ def _a2a_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1 = (M70, H200, 4)
-D2 = (M8, 256, 4)
-D3 = (8, 16)
-D4 = 261
-D5 = serving.priced(DEEPSEEK_V3, H200, "fp8")
+V1, V2, V3, V4, V5 = ch16.DRILLS     # each drill's numbers, drawn per learner
+GPUS = {"H100": H100_SXM, "H200": H200}
 
 
-def _comm_one_per_layer() -> float:
-    return par.tp_comm_s(*D2, NV, LAT) / 2 * 1e3
+def _kv_point(n) -> tuple:
+    """The cache at TP n.tp on H200s, full: max_num_seqs sequences decoding, the rest of the KV held."""
+    cap = par.kv_tokens_per_degree(M70, H200, n.tp)
+    run, context = 1024, cap // 1024
+    return (serving.ServingPoint.decode(M70, H200, run, context - 1, resident_tokens=cap - run * context, tp=n.tp,
+                                        link=par.NVLINK_H100 if n.tp <= 8 else par.RDMA_400G),)
+
+
+def _comm_ms(n, latency=LAT) -> float:
+    return par.tp_comm_s(M8, n.tokens, n.tp, NV, latency) * 1e3
+
+
+def _d5(n) -> tuple:
+    return serving.priced(DEEPSEEK_V3, GPUS[n.gpu], n.dtype)
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "tokens of KV Llama-3.1-70B holds at TP4 on H200s",
-          lambda: par.kv_tokens_per_degree(*D1), rel_tol=0.0005,
-          hints=((costmodel.kv_capacity_tokens(D1[0].shard(4), D1[1]) * 4, _pitfall("kv_tokens_times_gpus")),)),
-    Drill("drill_2", "ms of all-reduces in a 256-token step of Llama-3.1-8B at TP4 over NVLink",
-          lambda: par.tp_comm_s(*D2, NV, LAT) * 1e3, rel_tol=0.002,
-          hints=((_comm_one_per_layer(), _pitfall("comm_one_all_reduce_a_layer")),
-                 (par.tp_comm_s(*D2, NV, LAT), "That is seconds: the drill asks for ms."))),
-    Drill("drill_3", "the idle share of 8 stages running 16 micro-batches",
-          lambda: par.bubble_fraction(*D3), rel_tol=0.002,
-          hints=(((D3[0] - 1) / D3[1], "The pipeline fills and drains: p - 1 of the m + p - 1 slots idle, "
-                                       "not (p - 1) / m."),)),
-    Drill("drill_4", "padding rows of a 261-sequence decode batch on vLLM's default capture sizes",
-          lambda: par.pad_to_graph(D4, SIZES) - D4,
-          hints=((max(s for s in SIZES if s <= D4) - D4, _pitfall("pad_rounds_down")),)),
-    Drill("drill_5", "tokens a step of DeepSeek-V3 (fp8, H200) must hold for its experts to be compute-bound",
-          lambda: par.expert_ridge_tokens(*D5), rel_tol=0.002,
-          hints=((D5[1].ridge_flops_per_byte * D5[0].bytes_per_param / 2, _pitfall("drills_dense_ridge")),)),
+    Drill("drill_1", "", variant=V1, answer=_comm_ms, rel_tol=0.002,
+          points=lambda n: (serving.ServingPoint(M8, G, prefill_chunks=(n.tokens,), tp=n.tp),),
+          hints=lambda n: ((_comm_ms(n) / 2, _pitfall("comm_one_all_reduce_a_layer")),
+                           (_comm_ms(n) / 1e3, "That is seconds: the drill asks for ms."))),
+    Drill("drill_2", "", variant=V2, answer=lambda n: par.kv_tokens_per_degree(M70, H200, n.tp), points=_kv_point,
+          hints=lambda n: ((par.kv_tokens_per_degree(M70, H200, n.tp) * n.tp, _pitfall("kv_tokens_times_gpus")),)),
+    Drill("drill_3", "", variant=V3, answer=lambda n: par.bubble_fraction(n.stages, n.microbatches), rel_tol=0.002,
+          points=lambda n: (),
+          hints=lambda n: (((n.stages - 1) / n.microbatches, "The pipeline fills and drains: p - 1 of the m + p - 1 "
+                                                             "slots idle, not (p - 1) / m."),)),
+    Drill("drill_4", "", variant=V4, answer=lambda n: par.pad_to_graph(n.batch, SIZES) - n.batch,
+          points=lambda n: (serving.ServingPoint.decode(M8, G, n.batch, 512),),
+          hints=lambda n: ((max(s for s in SIZES if s <= n.batch) - n.batch, _pitfall("pad_rounds_down")),)),
+    Drill("drill_5", "", variant=V5, answer=lambda n: par.expert_ridge_tokens(*_d5(n)), points=lambda n: (),
+          hints=lambda n: ((_d5(n)[1].ridge_flops_per_byte * _d5(n)[0].bytes_per_param / 2,
+                            _pitfall("drills_dense_ridge")),)),
 ), read=lambda value, name: ch16.common.as_float(value, name, ch16.common.short_repr(12, 120), finite=True))
 
 
@@ -186,6 +195,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.parallelism import LLAMA31_70B, NVLINK_H100, RDMA_400G\n"
             "from servelab.analytic.specs import DEFAULT_LINK_LATENCY_S\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.parallelism:{n}" for n in (
         "tp_comm_s", "kv_tokens_per_degree", "pad_to_graph", "all_to_all_bytes")),
     exercises=(
