@@ -106,7 +106,7 @@ def test_the_cases_reach_every_situation_a_pitfall_gets_wrong():
 
 
 def test_the_drills_name_a_known_wrong_answer():
-    ns = {**solution(), "drill_1": 1 + 0.8 * 5}
+    ns = {**solution(), "drill_1": 1 + 0.8 * 5}   # the workbook's own numbers: k = 5, alpha = 0.8
     assert "acceptance stops at the first rejection" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_4": 48 * 3}
     assert "own last token is computed too" in grade(ns, cells=["test_drills"])["test_drills"].message

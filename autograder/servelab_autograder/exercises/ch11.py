@@ -23,7 +23,7 @@ from servelab.analytic import speculation
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
 from servelab.schedulers import spec_decode
 from servelab.schedulers.spec_decode import LookaheadBlockManager, Sequence
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch11_speculative_decoding"
@@ -260,3 +260,44 @@ def run(fn, case: tuple) -> dict:
     """`fn` (a may_append or rollback) on a case of :func:`before` / :func:`after`, through the driver: what it
     returned, the sequence and the block manager it left, as plain data, for a visible assert."""
     return drive_block_method(fn, *case)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): verification steps within the token budget and the
+# KV cache; a rollback that gives at least one block back
+
+def _rollback(rng) -> dict:
+    block = rng.choice((2, 4))
+    accepted = rng.randrange(0, 4)
+    return {"block": block, "seq_len": rng.randrange(5, 41), "drafts": accepted + block + rng.randrange(0, 4),
+            "accepted": accepted}
+
+
+_ALPHAS = (0.6, 0.7, 0.8, 0.9)
+DRILLS = (
+    variants.Variant("drill_1", {"k": 5, "alpha": 0.8},
+                     lambda rng: {"k": rng.randrange(2, 9), "alpha": rng.choice((0.5, *_ALPHAS))},
+                     "tokens one verification step appends on average, k = {k}, alpha = {alpha}"),
+    variants.Variant("drill_2", {"context": 1024, "k": 4, "alpha": 0.7},
+                     lambda rng: {"context": rng.choice((512, 1024, 2048, 4096)), "k": rng.randrange(2, 7),
+                                  "alpha": rng.choice(_ALPHAS)},
+                     "the speedup at batch 1 and {context:,} tokens of context, k = {k}, alpha = {alpha}, drafting "
+                     "with `DRAFT_1B` (Llama-3-8B, one H100)"),
+    variants.Variant("drill_3", {"batch": 512, "context": 384, "k": 4, "alpha": 0.7},
+                     lambda rng: {"batch": rng.choice((256, 384, 512)), "context": rng.choice((256, 384, 512)),
+                                  "k": rng.randrange(2, 7), "alpha": rng.choice(_ALPHAS)},
+                     "the speedup of speculation (k = {k}, alpha = {alpha}, prompt lookup) for a decode batch of "
+                     "{batch} at {context} tokens of context (Llama-3-8B, one H100): above 1 or below?"),
+    variants.Variant("drill_4", {"batch": 48, "k": 3},
+                     lambda rng: {"batch": rng.randrange(16, 129, 8), "k": rng.randrange(1, 7)},
+                     "tokens of the step's budget a verification step of {batch} sequences with k = {k} drafts each "
+                     "takes"),
+    variants.Variant("drill_5", {"block": 2, "seq_len": 10, "drafts": 6, "accepted": 3}, _rollback,
+                     "look-ahead blocks the rollback gives back: block size {block}, a sequence of {seq_len} tokens "
+                     "(all but the last with KV), {drafts} drafts, {accepted} accepted"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.k`` and so on."""
+    return variants.show(DRILLS, who)

@@ -126,6 +126,12 @@ class Drill:
             else "exactly"
 
 
+def unless_right(answer, pairs) -> tuple:
+    """The (value, hint) pairs that are wrong answers on these numbers: a drawn drill's common guess (not a pitfall
+    the drill is there to catch) may be right for some draws, and is no hint then."""
+    return tuple((v, h) for v, h in pairs if v != answer)
+
+
 @dataclass(frozen=True)
 class Drills:
     """Test cell ``cell`` checks the values the learner assigned to the drills' names."""
@@ -510,4 +516,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["SHORT", "Chapter", "Drill", "Drills", "Exercise", "Pitfalls", "Relation", "Verdict", "grade_namespace",
-           "judge", "request", "table"]
+           "judge", "request", "table", "unless_right"]

@@ -33,7 +33,7 @@ from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch08, common, spec
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch08.SPECS
 case = ch08.case
@@ -202,11 +202,6 @@ def _d6(n, batch=None, context=None) -> int:
         LLAMA3_8B, H100_SXM, prefill_tokens=r, decode_context_lens=decodes).bound == "memory")
 
 
-def _unless_right(answer, pairs) -> tuple:
-    """The hints that are wrong answers on these numbers (a common guess may be right for some draws)."""
-    return tuple((v, h) for v, h in pairs if v != answer)
-
-
 _GB = 1e9
 _BF16_HINT = "That is the bf16 cache's break-even: an fp8 cache holds half the bytes per token."
 _ALL_LAYERS_HINT = ("That copy holds the block's K of every layer; the paged cache keeps one K tensor per layer, so "
@@ -234,12 +229,12 @@ DRILLS = Drills("test_drills", (
     Drill("drill_4", "", variant=V["drill_4"], answer=_d4, rel_tol=0.002,
           points=lambda n: (ServingPoint.decode(LLAMA2_7B, H100_SXM, 1, n.tokens),), hints=_d4_hints),
     Drill("drill_5", "", variant=V["drill_5"], answer=_d5, points=lambda n: (_prefill(LLAMA2_7B),),
-          hints=lambda n: _unless_right(_d5(n), ((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT),
+          hints=lambda n: unless_right(_d5(n), ((1, _pitfall("effective_no_latency")), (16, _BLOCK_HINT),
                                                  (32, _BLOCK_HINT)))),
     Drill("drill_6", "", variant=V["drill_6"], answer=_d6,
           points=lambda n: (ServingPoint(LLAMA3_8B, H100_SXM, decode_contexts=(n.context,) * n.batch,
                                          prefill_chunks=(_d6(n),)),),
-          hints=lambda n: _unless_right(_d6(n), ((_d6(n, 128, 1024), _DRILL_6_HINT),))),
+          hints=lambda n: unless_right(_d6(n), ((_d6(n, 128, 1024), _DRILL_6_HINT),))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 

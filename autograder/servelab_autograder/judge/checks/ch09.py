@@ -31,7 +31,7 @@ from servelab_autograder import paths
 from servelab_autograder.exercises import ch09
 from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch09.SPECS
 case = ch09.case
@@ -205,11 +205,6 @@ def _d7(n, context=None) -> int:
                                context)
 
 
-def _unless_right(answer, pairs) -> tuple:
-    """The hints that are wrong answers on these numbers (a common guess may be right for some draws)."""
-    return tuple((v, h) for v, h in pairs if v != answer)
-
-
 _H100_HINT = "That is the H100's answer: the H200 has the same compute, 141 GB instead of 80 and 4.8 TB/s."
 _RIDGE_HINT = ("That is the H200's ridge point, a number of FLOPs per byte, not of sequences: each sequence also adds "
                "its KV to the bytes, so the batch where the step turns compute-bound is larger.")
@@ -233,7 +228,7 @@ DRILLS = Drills("test_drills", (
           points=lambda n: (ServingPoint.decode(LLAMA3_8B, H200, capacity.compute_ridge_batch(LLAMA3_8B, H200,
                                                                                              n.context),
                                                 n.context - 1),),
-          hints=lambda n: _unless_right(capacity.compute_ridge_batch(LLAMA3_8B, H200, n.context), (
+          hints=lambda n: unless_right(capacity.compute_ridge_batch(LLAMA3_8B, H200, n.context), (
               (capacity.compute_ridge_batch(LLAMA3_8B, H100_SXM, n.context), _H100_HINT),
               (capacity.compute_ridge_batch(LLAMA3_8B, H200, 2 * n.context), _D2_TWICE_HINT),
               (round(H200.ridge_flops_per_byte), _RIDGE_HINT)))),
@@ -245,7 +240,7 @@ DRILLS = Drills("test_drills", (
           hints=lambda n: ((n.rate * n.output * sum(_d3_line(n)), _pitfall("resident_naive_step")),)),
     Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: capacity.fleet_size(*_d4_args(n)).gpus,
           points=lambda n: (ServingPoint.decode(LLAMA3_8B, H100_SXM, n.batch, _d4_context(n)),),
-          hints=lambda n: _unless_right(capacity.fleet_size(*_d4_args(n)).gpus, (
+          hints=lambda n: unless_right(capacity.fleet_size(*_d4_args(n)).gpus, (
               (math.ceil(capacity.fleet_size(*_d4_args(n)).decode_gpu_hours / 24), _pitfall("fleet_decode_only")),
               (math.floor(capacity.fleet_size(*_d4_args(n)).gpu_hours / 24), _pitfall("fleet_rounds_down"))))),
     Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: capacity.prefill_share_ratio(0.75, *_d5_costs(n)),
@@ -264,7 +259,7 @@ DRILLS = Drills("test_drills", (
     Drill("drill_7", "", variant=V["drill_7"], answer=_d7, abs_tol=1.5,
           points=lambda n: (ServingPoint(MISTRAL_7B, A100_PCIE, decode_contexts=(n.context,) * n.decodes,
                                          prefill_chunks=(_d7(n) - n.decodes,)),),
-          hints=lambda n: _unless_right(_d7(n), (
+          hints=lambda n: unless_right(_d7(n), (
               (_d7(n) - n.decodes, _pitfall("knee_chunk_only")),
               (_d7(n, context=0), _D7_KV_HINT),
               (capacity.budget_knee(MISTRAL_7B, A100_PCIE, n.decodes, n.context), _pitfall("drills_slo_is_the_knee")),

@@ -31,10 +31,11 @@ import random
 
 from servelab.analytic import costmodel, speculation
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch11
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch11.SPECS
 case = ch11.case
@@ -183,60 +184,62 @@ def _cross_random(rng: random.Random):
 # ------------------------------------------------------------------------------------------------
 # the drills of "Say it in the interview": every expected value comes from the library
 
-D1_ALPHA, D1_K = 0.8, 5
-D2 = dict(batch=1, context_len=1024, k=4, alpha=0.7)
-D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA = 512, 384, 4, 0.7
-D4_BATCH, D4_K = 48, 3
-D5 = dict(block_size=2, seq_len=10, drafts=6, accepted=3)
+V = {v.name: v for v in ch11.DRILLS}    # each drill's numbers, drawn per learner
 
 
-def d5_answer() -> int:
+def d5_answer(n) -> int:
     """Blocks a rollback gives back: the look-ahead blocks past the KV that is kept."""
-    bs, n, d, a = D5["block_size"], D5["seq_len"], D5["drafts"], D5["accepted"]
-    return _blocks(n + d, bs) - _blocks(n + a, bs)
+    return _blocks(n.seq_len + n.drafts, n.block) - _blocks(n.seq_len + n.accepted, n.block)
 
 
-def d5_taken() -> int:
-    bs, n, d = D5["block_size"], D5["seq_len"], D5["drafts"]
-    return _blocks(n + d, bs) - _blocks(n - 1, bs)
+def d5_taken(n) -> int:
+    return _blocks(n.seq_len + n.drafts, n.block) - _blocks(n.seq_len - 1, n.block)
 
 
-def _d3_one_logit_row() -> float:
+def _d3(n, gpu=H100_SXM) -> float:
+    return speculation.speculative_speedup(LLAMA3_8B, gpu, n.batch, n.context, n.k, n.alpha)
+
+
+def _d3_one_logit_row(n) -> float:
     """Drill 3's speedup with the verification's LM head priced at one row a sequence (a prefill chunk's)."""
-    plain = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[D3_CONTEXT] * D3_BATCH)
-    verify = costmodel.step_time(LLAMA3_8B, H100_SXM, prefill_tokens=[D3_K + 1] * D3_BATCH, prefill_context=D3_CONTEXT)
-    return speculation.expected_tokens_per_step(D3_ALPHA, D3_K) * plain / verify
+    plain = costmodel.step_time(LLAMA3_8B, H100_SXM, decode_context_lens=[n.context] * n.batch)
+    verify = costmodel.step_time(LLAMA3_8B, H100_SXM, prefill_tokens=[n.k + 1] * n.batch, prefill_context=n.context)
+    return speculation.expected_tokens_per_step(n.alpha, n.k) * plain / verify
 
 
-_D1 = speculation.expected_tokens_per_step(D1_ALPHA, D1_K)
-_D2_FREE = speculation.speculative_speedup(LLAMA3_8B, H100_SXM, **D2)
+def _d2(n, draft=DRAFT_1B) -> float:
+    return speculation.speculative_speedup(LLAMA3_8B, H100_SXM, 1, n.context, n.k, n.alpha, draft=draft)
+
+
+def _e(n) -> float:
+    return speculation.expected_tokens_per_step(n.alpha, n.k)
+
+
+def _verify(batch, context, k) -> ServingPoint:
+    return ServingPoint.decode(LLAMA3_8B, H100_SXM, batch, context, draft_tokens=k)
+
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", f"tokens one verification step appends on average, k = {D1_K} drafts each accepted with "
-          f"probability {D1_ALPHA} given the ones before", lambda: _D1, rel_tol=1e-3,
-          hints=((1 + D1_ALPHA * D1_K, _pitfall("expected_independent")), (_D1 - 1, _pitfall("expected_no_bonus")),
-                 (D1_K + 1.0, _pitfall("expected_counts_rejected")))),
-    Drill("drill_2", "speedup of Llama-3-8B on one H100 at batch 1 and 1024 tokens of context, k = 4, alpha = 0.7, "
-          "drafting with the 1B draft model",
-          lambda: speculation.speculative_speedup(LLAMA3_8B, H100_SXM, **D2, draft=DRAFT_1B), rel_tol=0.005,
-          hints=((_D2_FREE, _pitfall("speedup_free_draft")),)),
-    Drill("drill_3", f"speedup of speculation (k = {D3_K}, alpha = {D3_ALPHA}, prompt lookup) for a decode batch of "
-          f"{D3_BATCH} at {D3_CONTEXT} tokens of context, Llama-3-8B on one H100",
-          lambda: speculation.speculative_speedup(LLAMA3_8B, H100_SXM, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
-          rel_tol=0.005,
-          hints=((speculation.expected_tokens_per_step(D3_ALPHA, D3_K), _pitfall("speedup_one_token_verify")),
-                 (_d3_one_logit_row(), _pitfall("speedup_one_logit_row")),
-                 (speculation.speculative_speedup(LLAMA3_8B, H200, D3_BATCH, D3_CONTEXT, D3_K, D3_ALPHA),
-                  "That is the H200's speedup: this drill is about an H100 (3.35 TB/s, not 4.8)."))),
-    Drill("drill_4", f"tokens of the step's budget that a verification step of {D4_BATCH} sequences with k = {D4_K} "
-          "drafts each takes", lambda: D4_BATCH * (D4_K + 1),
-          hints=((D4_BATCH, _pitfall("fit_outside_budget")),
-                 (D4_BATCH * D4_K, _pitfall("drills_drafts_only")))),
-    Drill("drill_5", "look-ahead blocks the rollback gives back (block size 2, 10 tokens with 9 of them in the cache, "
-          "6 drafts, 3 accepted)", d5_answer,
-          hints=((0, _pitfall("rollback_keeps_lookahead")),
-                 (d5_taken(), "That is how many look-ahead blocks the step took: the accepted drafts keep theirs."),
-                 (d5_answer() + 1, _pitfall("rollback_floor")))),
+    Drill("drill_1", "", variant=V["drill_1"], answer=_e, rel_tol=1e-3, points=lambda n: (),
+          hints=lambda n: ((1 + n.alpha * n.k, _pitfall("expected_independent")),
+                           (_e(n) - 1, _pitfall("expected_no_bonus")),
+                           (n.k + 1.0, _pitfall("expected_counts_rejected")))),
+    Drill("drill_2", "", variant=V["drill_2"], answer=_d2, rel_tol=0.005,
+          points=lambda n: (_verify(1, n.context, n.k),),
+          hints=lambda n: ((_d2(n, None), _pitfall("speedup_free_draft")),)),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.005,
+          points=lambda n: (_verify(n.batch, n.context, n.k),),
+          hints=lambda n: ((_e(n), _pitfall("speedup_one_token_verify")),
+                           (_d3_one_logit_row(n), _pitfall("speedup_one_logit_row")),
+                           (_d3(n, H200), "That is the H200's speedup: this drill is about an H100 (3.35 TB/s, not "
+                                          "4.8)."))),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: n.batch * (n.k + 1),
+          points=lambda n: (_verify(n.batch, 1024, n.k),),
+          hints=lambda n: ((n.batch, _pitfall("fit_outside_budget")), (n.batch * n.k, _pitfall("drills_drafts_only")))),
+    Drill("drill_5", "", variant=V["drill_5"], answer=d5_answer, points=lambda n: (),
+          hints=lambda n: ((0, _pitfall("rollback_keeps_lookahead")), (d5_answer(n) + 1, _pitfall("rollback_floor")),
+                           *unless_right(d5_answer(n), ((d5_taken(n), "That is how many look-ahead blocks the step "
+                                                                      "took: the accepted drafts keep theirs."),)))),
 ), read=lambda value, name: ch11.common.as_float(value, name, ch11.common.short_repr(12, 120), finite=True))
 
 
@@ -248,6 +251,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.speculation import DRAFT_1B\n"
             "from servelab.schedulers.spec_decode import LookaheadBlockManager, Sequence\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
+    setup=("setup_drills",),
     references=("servelab.schedulers.spec_decode:fit_drafts",
                 *(f"servelab.analytic.speculation:{n}" for n in (
                     "expected_tokens_per_step", "speculative_speedup", "crossover_batch", "verify_step_time",
