@@ -89,6 +89,7 @@ SETTINGS = {  # a chapter whose random cases are reference runs proves one seed,
     "ch13_fairness_and_priority": Settings(reference_seeds=CLOSED_FORMS),
     "ch14_disaggregated_serving": Settings(reference_seeds=CLOSED_FORMS),
     "ch15_routing_across_replicas": Settings(reference_seeds=CLOSED_FORMS),
+    "ch16_parallelism_and_cuda_graphs": Settings(reference_seeds=CLOSED_FORMS),
     "ch17_quantization_moe_mla": Settings(reference_seeds=CLOSED_FORMS),
 }
 
@@ -222,6 +223,10 @@ class TestCh14(ChapterProofs):
 
 class TestCh15(ChapterProofs):
     assignment = "ch15_routing_across_replicas"
+
+
+class TestCh16(ChapterProofs):
+    assignment = "ch16_parallelism_and_cuda_graphs"
 
 
 class TestCh17(ChapterProofs):

@@ -43,7 +43,7 @@ def test_bare_asserts_are_found():
 
 def test_every_visible_assert_has_a_message():
     chapters = paths.chapters(ROOT)
-    assert len(chapters) == 16, chapters
+    assert len(chapters) == 17, chapters
     bare = {}
     for a in chapters:
         nb = json.loads(paths.source_notebook(ROOT, a).read_text())

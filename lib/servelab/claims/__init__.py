@@ -8,10 +8,10 @@ states anything else, and fails when its point cannot run (`servelab.analytic.se
 
 To register a chapter's numbers: write a function `chNN() -> list[Claim]` in the module of its chapter family
 (`batching` for 01-03, `prefix` 04-05, `kernels` 06, `kv` 08, `capacity` 09, `asynchronous` 10, `spec` 11, `queueing`
-12, `fairness` 13, `disaggregation` 14, `routing` 15, `moe_mla` 17; `core` holds `Claim` and the shared points) that
-computes them with the same library calls the notebook makes, and add it to `CHAPTERS` under the chapter's assignment
-name.
-A number chosen to reproduce a figure from elsewhere is still a claim: its cell must say so in words.
+12, `fairness` 13, `disaggregation` 14, `routing` 15, `parallelism` 16, `moe_mla` 17; `core` holds `Claim` and the
+shared points) that computes them with the same library calls the notebook makes, and add it to `CHAPTERS` under the
+chapter's assignment name. A number chosen to reproduce a figure from elsewhere is still a claim: its cell must say so
+in words.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from servelab.claims import (
     kernels,
     kv,
     moe_mla,  # chapter 17
+    parallelism,  # chapter 16
     prefix,
     queueing,
     routing,  # chapter 15
@@ -52,6 +53,7 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch13_fairness_and_priority": fairness.ch13,
     "ch14_disaggregated_serving": disaggregation.ch14,
     "ch15_routing_across_replicas": routing.ch15,
+    "ch16_parallelism_and_cuda_graphs": parallelism.ch16,
     "ch17_quantization_moe_mla": moe_mla.ch17,
 }
 

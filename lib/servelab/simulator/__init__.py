@@ -40,6 +40,7 @@ from servelab.simulator.loop import simulate
 from servelab.simulator.metrics import SimResult, percentiles
 from servelab.simulator.moe import sample_routing, simulate_moe_decode  # noqa: F401 (chapter 17)
 from servelab.simulator.ordered import Ordered
+from servelab.simulator.parallel import TPResult, simulate_tp_decode  # noqa: F401 (chapter 16)
 from servelab.simulator.policies import MixedBudget, Policy, PrefillFirst, Traced
 from servelab.simulator.preemption import Swap
 from servelab.simulator.replicas import CacheAware, PrefixHash, simulate_replicas  # noqa: F401 (chapter 15)
