@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from servelab.analytic import routing
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch15_routing_across_replicas"
@@ -119,3 +119,47 @@ def diagnose(fn, *args, name: str | None = None, **kwargs) -> str:
     """What is wrong with ``fn(*args, **kwargs)`` in the learner's terms (a visible assert's message), or a note
     that this input is handled correctly. Never raises."""
     return spec.diagnose_call(SPECS, ASSIGNMENT, fn, args, kwargs, name, _DEFAULTS, _PLAIN)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): an outstanding count at which the load factor's cap
+# is whole, so counting the request being placed moves it; a prompt within the 8,192-token budget; a round-robin
+# fleet that has seen every prompt once on every replica
+
+def _cap(rng) -> dict:
+    factor, replicas, cap = rng.choice((1.25, 2.0)), rng.choice((10, 20, 40)), rng.randrange(2, 9)
+    return {"factor": factor, "replicas": replicas, "outstanding": round(cap * replicas / factor)}
+
+
+def _prefix(rng) -> dict:
+    prompt = rng.randrange(3000, 8001, 500)
+    return {"cached": prompt - rng.choice((250, 500, 1000, 2000)), "prompt": prompt}
+
+
+def _round_robin(rng) -> dict:
+    prompts, replicas = rng.randrange(4, 17, 2), rng.randrange(2, 9)
+    return {"replicas": replicas, "requests": prompts * replicas * rng.randrange(4, 13), "prompts": prompts,
+            "shared": rng.randrange(1000, 4001, 500), "own": rng.randrange(100, 1001, 100)}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"before": 8, "after": 9},
+                     lambda rng: (lambda n: {"before": n, "after": n + rng.choice((1, 2))})(rng.randrange(4, 17)),
+                     "the fraction of keys kept when {before} replicas become {after} under hash mod n"),
+    variants.Variant("drill_2", {"factor": 1.25, "replicas": 16, "outstanding": 64}, _cap,
+                     "the bounded-load cap (requests) with load factor {factor}, {replicas} replicas and "
+                     "{outstanding} requests outstanding before the new one is placed"),
+    variants.Variant("drill_3", {"cached": 7000, "prompt": 8000}, _prefix,
+                     "the prefill time in ms a cached {cached:,}-token prefix saves on a prompt of {prompt:,} tokens "
+                     "(one step of the whole prompt against one step of the rest over the cached prefix)"),
+    variants.Variant("drill_4", {"replicas": 6, "requests": 600, "prompts": 12, "shared": 3000, "own": 500},
+                     _round_robin,
+                     "the hit rate round-robin gets over {replicas} replicas for {requests:,} requests spread over "
+                     "{prompts} system prompts of {shared:,} tokens, each with {own} tokens of its own, when every "
+                     "replica has seen every prompt once and nothing is evicted"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.before`` and so on."""
+    return variants.show(DRILLS, who)

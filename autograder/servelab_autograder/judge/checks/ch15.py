@@ -24,6 +24,7 @@ import random
 
 from servelab.analytic import costmodel, routing
 from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch15
 from servelab_autograder.judge import known_wrong
@@ -179,28 +180,36 @@ def _kept_random(rng: random.Random):
 # the drills of "Say it in the interview": every expected value comes from the library
 
 
-def _d3() -> float:
-    return (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=8000)
-            - costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=1000, prefill_context=7000)) * 1e3
+V = {v.name: v for v in ch15.DRILLS}    # each drill's numbers, drawn per learner
+
+
+def _d3(n) -> float:
+    return (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.prompt)
+            - costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.prompt - n.cached,
+                                  prefill_context=n.cached)) * 1e3
+
+
+def _d4(n, replicas=None) -> float:
+    return routing.shared_prefix_hit_rate(n.requests, n.prompts, replicas or n.replicas, n.shared, n.own)
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "the fraction of keys kept when 8 replicas become 9 under hash mod n",
-          lambda: routing.keys_kept(8, 9, "modulo"), rel_tol=0.002,
-          hints=((routing.keys_kept(8, 9, "consistent"), _pitfall("modulo_like_ring")),)),
-    Drill("drill_2", "the bounded-load cap with load factor 1.25, 16 replicas, 64 requests outstanding",
-          lambda: math.ceil(1.25 * (64 + 1) / 16),
-          hints=((math.ceil(1.25 * 64 / 16), _pitfall("cap_without_the_key")),)),
-    Drill("drill_3", "ms of prefill a cached 7,000-token prefix saves on an 8,000-token prompt", _d3,
-          rel_tol=0.01,
-          hints=((_d3() / 1e3, "That is the time in seconds: the drill asks for milliseconds."),
-                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=8000) * 1e3,
-                  _pitfall("drills_whole_prompt")))),
-    Drill("drill_4", "round-robin's hit rate over 6 replicas, 600 requests, 12 prompts of 3,000 + 500 tokens",
-          lambda: routing.shared_prefix_hit_rate(600, 12, 6, 3000, 500), rel_tol=0.002,
-          hints=((routing.shared_prefix_hit_rate(600, 12, 1, 3000, 500),
-                  "That is the hit rate when each prompt misses once in all: round-robin sends it to every "
-                  "replica, and each replica misses it once."),)),
+    Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: routing.keys_kept(n.before, n.after, "modulo"),
+          rel_tol=0.002, points=lambda n: (),
+          hints=lambda n: ((routing.keys_kept(n.before, n.after, "consistent"), _pitfall("modulo_like_ring")),)),
+    Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: math.ceil(n.factor * (n.outstanding + 1) / n.replicas),
+          points=lambda n: (),
+          hints=lambda n: ((math.ceil(n.factor * n.outstanding / n.replicas), _pitfall("cap_without_the_key")),)),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01,
+          points=lambda n: (ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(n.prompt,)),
+                            ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(n.prompt - n.cached,),
+                                         prefill_prefix=n.cached)),
+          hints=lambda n: ((_d3(n) / 1e3, "That is the time in seconds: the drill asks for milliseconds."),
+                           (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.prompt) * 1e3,
+                            _pitfall("drills_whole_prompt")))),
+    Drill("drill_4", "", variant=V["drill_4"], answer=_d4, rel_tol=0.002, points=lambda n: (),
+          hints=lambda n: ((_d4(n, 1), "That is the hit rate when each prompt misses once in all: round-robin sends "
+                                       "it to every replica, and each replica misses it once."),)),
 ), read=lambda value, name: ch15.common.as_float(value, name, ch15.common.short_repr(12, 120), finite=True))
 
 
@@ -210,6 +219,7 @@ CHAPTER = Chapter(
             "from servelab.analytic.costmodel import H100_SXM, LLAMA31_8B\n"
             "from servelab.analytic.routing import build_ring, stable_hash\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.routing:{n}" for n in (
         "ring_owner", "bounded_owner", "cache_aware_pick", "keys_kept", "shared_prefix_hit_rate")),
     exercises=(
