@@ -26,7 +26,7 @@ import servelab.kernels  # noqa: F401  (first: it chooses the interpreter before
 from servelab.kernels import exercises as ex
 from servelab.kernels.launch import interpreted
 from servelab.kernels.reference import ref_paged_decode, ref_store_kvcache
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.ch06_inputs import (  # noqa: F401 - the names other modules find here
     DTYPES,
     FAR_ELEMENTS,
@@ -284,3 +284,30 @@ UNSEEN = {
                     "head's partials (or lie past the tensor), so mask the loads with j < NUM_SPLITS, not just the "
                     "values.",
 }
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): one step for all six drills (they share a key), one
+# layer of Llama-3-70B's attention on an H200, long enough contexts that the step stays bandwidth-bound
+
+def _step(rng) -> dict:
+    context = rng.randrange(4000, 20_001, 1000)
+    return {"batch": rng.randrange(8, 65, 4), "context": context,
+            "prefix": rng.randrange(context // 2, context - 999, 500)}
+
+
+_DEFAULT = {"batch": 24, "context": 10_000, "prefix": 8_000}
+_STEP = "one layer's decode attention for {batch} sequences of {context:,} cached tokens"
+DRILLS = tuple(variants.Variant(f"drill_{i}", _DEFAULT, _step, text, key="step") for i, text in enumerate((
+    "how many bytes does " + _STEP + " move (K and V, queries, outputs)?",
+    "its arithmetic intensity, in FLOPs per byte (" + _STEP + ")?",
+    "its time at the roofline, in microseconds (" + _STEP + ")?",
+    "its memory time divided by its compute time (" + _STEP + "; above 1: bandwidth-bound)?",
+    "the same {batch} sequences share their first {prefix:,} tokens, and a cascade kernel reads the shared prefix "
+    "once per step: how many bytes does the step move now (K and V, queries, outputs)?",
+    "its arithmetic intensity, in FLOPs per byte (the shared {prefix:,} tokens read once)?"), start=1))
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.batch`` and so on."""
+    return variants.show(DRILLS, who)

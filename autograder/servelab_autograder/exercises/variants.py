@@ -69,18 +69,20 @@ class Numbers(dict):
 @dataclass(frozen=True)
 class Variant:
     """Drill `name`'s numbers: `default` for a self-learner, `draw(rng)` for anyone else (a dict of the same keys, in
-    a range where the question still makes sense), and `text`, the question with the numbers as format fields."""
+    a range where the question still makes sense), and `text`, the question with the numbers as format fields.
+    Drills that ask about one scenario share a `key` (and their default and draw): they get the same numbers."""
 
     name: str
     default: dict
     draw: Callable[[random.Random], dict]
     text: str
+    key: str = ""
 
     def numbers(self, who: str | None = None, course_id: str | None = None) -> Numbers:
         who = learner() if who is None else who
         if who in SELF:
             return Numbers(self.default)
-        key = "\0".join((course() if course_id is None else course_id, who, self.name)).encode()
+        key = "\0".join((course() if course_id is None else course_id, who, self.key or self.name)).encode()
         drawn = self.draw(random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big")))
         if set(drawn) != set(self.default):
             raise ValueError(f"{self.name}: draw gave {sorted(drawn)}, the default has {sorted(self.default)}")

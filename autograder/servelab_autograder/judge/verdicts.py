@@ -412,7 +412,8 @@ def _judge_drills(d: Drills, values: dict, pitfalls: Pitfalls | None, who: str =
                     "the drills prints them); answer on those.")
         hint = hint or (pitfalls.drill(drill, got, who) if pitfalls is not None else None)
         hint = hint or next((h for value, h in drill.hint_pairs(who) if math.isclose(got, value, rel_tol=1e-9)), None)
-        lines.append(f"{drill.name} = {got:.6g}: not yet the {question} (graded {drill.tolerance(who)})")
+        lines.append(f"{drill.name} = {got:.6g}: not yet right; {drill.name} is {question.rstrip('?')} (graded "
+                     f"{drill.tolerance(who)})")
         if hint:
             hints.append(hint)
     if not wrong and not missing:

@@ -78,20 +78,21 @@ DECODE = [
     ([40, 9], 4, 4, 2, 16, "float32", "huge", 8),           # scores past fp16's 65,504: an fp16 max overflows
     ([9, 4], 4, 4, 2, 16, "float32", "far", 10),            # block ids 2**32 elements on: int64 offsets
 ]
-DRILL_LENS = [10_000] * 24             # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
-DRILL_SHAPE = (64, 8, 128, 2)
-DRILL_PREFIX, DRILL_OWN = 8_000, [2_000] * 24   # drills 5 and 6: the first 8,000 of the 10,000 tokens shared
+DRILL_SHAPE = (64, 8, 128, 2)           # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
+V = {v.name: v for v in ch06.DRILLS}    # the drills' numbers, drawn per learner: one step for all six
+_NO_STEP = lambda n: ()  # noqa: E731 - one layer's attention: a kernel's traffic, not an engine's step
 
 
-def _step():
-    nbytes, flops = ex.decode_traffic(DRILL_LENS, *DRILL_SHAPE)
+def _step(n):
+    nbytes, flops = ex.decode_traffic([n.context] * n.batch, *DRILL_SHAPE)
     memory_s, compute_s = ex.roofline_time_s(nbytes, flops, H200)
     return nbytes, flops, memory_s, compute_s
 
 
-def _shared(prefix_once: bool = True, prefix: int = DRILL_PREFIX):
+def _shared(n, prefix_once: bool = True, prefix: int | None = None):
     """(bytes, flops) of the drills' step with its shared prefix read once (a cascade kernel) or per sequence."""
-    return shared_prefix_decode_traffic(prefix, DRILL_OWN, *DRILL_SHAPE, prefix_once=prefix_once)
+    prefix = n.prefix if prefix is None else prefix
+    return shared_prefix_decode_traffic(prefix, [n.context - n.prefix] * n.batch, *DRILL_SHAPE, prefix_once=prefix_once)
 
 
 # What the solution cells need on this side. Their kernels are decorated as this process's library was: a grader
@@ -113,6 +114,7 @@ CHAPTER = Chapter(
     assignment=ch06.ASSIGNMENT,
     prelude=PRELUDE,
     demos=("setup_2", "setup_4", "setup_7", "setup_12"),
+    setup=("setup_drills",),
     references=(
         "servelab.kernels.exercises:decode_traffic", "servelab.kernels.exercises:ref_merge",
         "servelab.kernels.reference:ref_store_kvcache", "servelab.kernels.reference:ref_paged_decode",
@@ -152,30 +154,28 @@ CHAPTER = Chapter(
                  random=_traffic_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "number of bytes one layer's decode attention moves for 24 sequences x 10,000 cached "
-              "tokens, 64 query / 8 KV heads, head_dim 128, bf16 (K and V, queries, outputs)",
-              lambda: _step()[0], rel_tol=0.005),
-        Drill("drill_2", "arithmetic intensity of that step, in FLOPs per byte", lambda: _step()[1] / _step()[0],
-              rel_tol=0.01, hints=((_step()[0] / _step()[1], "That is bytes per FLOP: arithmetic intensity is FLOPs "
-                                                             "divided by bytes."),)),
-        Drill("drill_3", "time of that step on an H200 at the roofline, in microseconds",
-              lambda: max(_step()[2:]) * 1e6, rel_tol=0.01,
-              hints=((_step()[3] * 1e6, "That is the compute time: the step takes the larger of its memory and "
-                                        "compute times."), (_step()[2], "Give the time in microseconds."))),
-        Drill("drill_4", "ratio of that step's memory time to its compute time on an H200",
-              lambda: _step()[2] / _step()[3], rel_tol=0.01,
-              hints=((_step()[3] / _step()[2], "That is compute time over memory time; the drill asks memory time "
-                                                "over compute time."),)),
-        Drill("drill_5", "number of bytes that step moves when the 24 sequences share their first 8,000 tokens and a "
-              "cascade kernel reads the shared prefix once per step (each sequence's own 2,000 tokens, queries and "
-              "outputs as before)", lambda: _shared()[0], rel_tol=0.005,
-              hints=((_shared(prefix_once=False)[0], "That reads the prefix once per sequence, as drill 1 does: the "
-                                                     "cascade kernel reads it once for all 24."),
-                     (_shared(prefix=0)[0], "That leaves the prefix out: the cascade kernel reads it once, not "
-                                            "never."))),
-        Drill("drill_6", "arithmetic intensity of that step with the prefix read once, in FLOPs per byte",
-              lambda: _shared()[1] / _shared()[0], rel_tol=0.01,
-              hints=((_shared()[0] / _shared()[1], "That is bytes per FLOP: arithmetic intensity is FLOPs divided by "
-                                                   "bytes."),)),
+        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _step(n)[0], rel_tol=0.005, points=_NO_STEP),
+        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _step(n)[1] / _step(n)[0], rel_tol=0.01,
+              points=_NO_STEP,
+              hints=lambda n: ((_step(n)[0] / _step(n)[1], "That is bytes per FLOP: arithmetic intensity is FLOPs "
+                                                           "divided by bytes."),)),
+        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: max(_step(n)[2:]) * 1e6, rel_tol=0.01,
+              points=_NO_STEP,
+              hints=lambda n: ((_step(n)[3] * 1e6, "That is the compute time: the step takes the larger of its memory "
+                                                   "and compute times."), (_step(n)[2], "Give the time in "
+                                                                                        "microseconds."))),
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _step(n)[2] / _step(n)[3], rel_tol=0.01,
+              points=_NO_STEP,
+              hints=lambda n: ((_step(n)[3] / _step(n)[2], "That is compute time over memory time; the drill asks "
+                                                           "memory time over compute time."),)),
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _shared(n)[0], rel_tol=0.005, points=_NO_STEP,
+              hints=lambda n: ((_shared(n, prefix_once=False)[0], "That reads the prefix once per sequence, as drill 1 "
+                                                                  "does: the cascade kernel reads it once for all."),
+                               (_shared(n, prefix=0)[0], "That leaves the prefix out: the cascade kernel reads it "
+                                                         "once, not never."))),
+        Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: _shared(n)[1] / _shared(n)[0], rel_tol=0.01,
+              points=_NO_STEP,
+              hints=lambda n: ((_shared(n)[0] / _shared(n)[1], "That is bytes per FLOP: arithmetic intensity is FLOPs "
+                                                               "divided by bytes."),)),
     ), read=ch06.as_float),
 )
