@@ -149,7 +149,7 @@ def test_visible_messages_name_the_pitfall_and_the_first_wrong_field():
 
 
 def test_the_drills_name_a_known_wrong_answer():
-    ns = {**solution(), "drill_3": 6 * 16 + 48 % 16 - 1}
+    ns = {**solution(), "drill_3": 6 * 16 + 48 % 16 - 1}           # the workbook's own numbers: 48 tokens, [3, 11, 6]
     assert "row 15 of that block" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_5": 1000 * 200}
     assert "grows by one token a step" in grade(ns, cells=["test_drills"])["test_drills"].message

@@ -104,17 +104,32 @@ def _attention_random(rng: random.Random):
 
 # drills: a Llama-3-8B-shaped cache (costmodel.LLAMA3_8B: 32 layers, 8 KV heads of 128, bf16)
 M = costmodel.LLAMA3_8B
-BLOCK_BYTES = int(16 * M.kv_bytes_per_token)          # K and V of 16 tokens in every layer: 2 MiB
-CACHE_BYTES = 40 * 2**30
-PROMPT, NEW = 1000, 200
-NO_CACHE = sum(PROMPT + t for t in range(NEW))
-WITH_CACHE = PROMPT + NEW - 1
+V = {v.name: v for v in ch07.DRILLS}    # each drill's numbers, drawn per learner
+
+
+def _no_cache(n) -> int:
+    """Positions computed without a KV cache: each step runs the whole sequence so far."""
+    return sum(n.prompt + t for t in range(n.new))
+
+
+def _with_cache(n) -> int:
+    return n.prompt + n.new - 1
+
+
+def _block_bytes(n) -> int:
+    """K and V of a block's tokens in every layer."""
+    return int(n.block * M.kv_bytes_per_token)
+
+
+_NO_STEP = lambda n: ()  # noqa: E731 - the tensors and slots of one step, not its time
+
 
 CHAPTER = Chapter(
     assignment=ch07.ASSIGNMENT,
     prelude=("import torch\n\nfrom servelab.engine.llm import Batch, block_tables\n"
              "from servelab.engine.model import causal_attention\n"),
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
+    setup=("setup_drills",),
     references=(
         "servelab.engine.llm:prepare_prefill", "servelab.engine.llm:prepare_decode",
         "servelab.engine.llm:paged_attention",
@@ -129,24 +144,27 @@ CHAPTER = Chapter(
         Exercise(S["paged_attention"], "test_paged_attention", fixed=_attention_fixed, random=_attention_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "slot of the last prompt token of a 41-token prompt, block table [12, 5, 30], block size 16",
-              lambda: 30 * 16 + 40 % 16,
-              hints=((30 * 16 + 41 % 16, "That is the slot of position 41; the last of 41 tokens is position 40."),)),
-        Drill("drill_2", "cu_seqlens_k[-1] of that prefill step (32 of the 41 cached) with a second, uncached "
-                         "20-token prompt scheduled whole", lambda: 41 + 20,
-              hints=((9 + 20, "That is cu_seqlens_q[-1], the new tokens; cu_seqlens_k also counts the cached ones."),)),
-        Drill("drill_3", "slot of the new token of a decoding 48-token sequence, block table [3, 11, 6], block size 16",
-              lambda: 6 * 16 + 47 % 16,
-              hints=((6 * 16 + 48 % 16 - 1, "len % block_size is 0 when the last block is full: the new token is "
-                                            "row 15 of that block, not row -1."),)),
-        Drill("drill_4", "KV-cache blocks of 16 tokens in 40 GiB for Llama-3-8B (32 layers, 8 KV heads of 128, bf16)",
-              lambda: CACHE_BYTES // BLOCK_BYTES,
-              hints=((CACHE_BYTES // (BLOCK_BYTES // M.num_layers), "A block holds its tokens' K/V in every layer."))),
-        Drill("drill_5", "token positions the model computes for a 1000-token prompt and 200 new tokens with no KV "
-                         "cache", lambda: NO_CACHE,
-              hints=((PROMPT * NEW, "Each step recomputes the whole sequence so far, and it grows by one token a "
-                                    "step."),)),
-        Drill("drill_6", "how many times more positions that is than with a KV cache", lambda: NO_CACHE / WITH_CACHE,
-              rel_tol=0.01),
+        Drill("drill_1", "", variant=V["drill_1"], points=_NO_STEP,
+              answer=lambda n: n.table[(n.prompt - 1) // 16] * 16 + (n.prompt - 1) % 16,
+              hints=lambda n: ((n.table[(n.prompt - 1) // 16] * 16 + n.prompt % 16,
+                                f"That is the slot of position {n.prompt}; the last of {n.prompt} tokens is position "
+                                f"{n.prompt - 1}."),)),
+        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: n.prompt + n.second, points=_NO_STEP,
+              hints=lambda n: ((n.prompt - n.cached + n.second,
+                                "That is cu_seqlens_q[-1], the new tokens; cu_seqlens_k also counts the cached "
+                                "ones."),)),
+        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: n.table[-1] * 16 + (n.length - 1) % 16,
+              points=_NO_STEP,
+              hints=lambda n: ((n.table[-1] * 16 + n.length % 16 - 1,
+                                "len % block_size is 0 when the last block is full: the new token is row 15 of that "
+                                "block, not row -1."),)),
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: n.gib * 2**30 // _block_bytes(n), points=_NO_STEP,
+              hints=lambda n: ((n.gib * 2**30 // (_block_bytes(n) // M.num_layers),
+                                "A block holds its tokens' K/V in every layer."),)),
+        Drill("drill_5", "", variant=V["drill_5"], answer=_no_cache, points=_NO_STEP,
+              hints=lambda n: ((n.prompt * n.new, "Each step recomputes the whole sequence so far, and it grows by one "
+                                                  "token a step."),)),
+        Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: _no_cache(n) / _with_cache(n), rel_tol=0.01,
+              points=_NO_STEP),
     ), read=ch07.as_float),
 )
