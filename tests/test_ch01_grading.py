@@ -206,7 +206,8 @@ def test_the_visible_drill_cell_names_the_drills_not_answered_yet():
 
 
 def test_the_new_drills_name_a_known_wrong_answer():
-    ns = {**solution(), "drill_5": batching.simulate_static(table.DRILL_5_LENS, 32)[0]}
+    n = table.V["drill_5"].numbers("")                 # the workbook's own numbers
+    ns = {**solution(), "drill_5": batching.simulate_static(table._uniform(n), n.batch)[0]}
     assert "sort the lengths first" in grade(ns)["test_drills"].message
     inverted = solution("drills_gain_inverted")["drill_4"]
     assert "not its inverse" in grade({**solution(), "drill_4": inverted})["test_drills"].message

@@ -13,7 +13,7 @@ import math
 import numbers
 
 from servelab.analytic import batching as ref
-from servelab_autograder.exercises import common, spec
+from servelab_autograder.exercises import common, spec, variants
 from servelab_autograder.exercises.spec import Shape, Spec
 
 ASSIGNMENT = "ch01_continuous_batching"
@@ -116,3 +116,47 @@ def call(fn, *args):
         return fn(*args)
     except Exception:  # noqa: BLE001 - the learner's exception is what the message reports
         raise AssertionError(diagnose(fn, *args)) from None
+
+
+# ------------------------------------------------------------------------------------------------
+# the drills' numbers, drawn per learner (exercises.variants): a long request first, with the short ones beside
+# it and enough short ones that they set the end, means long enough that H_B is the geometric gain within 0.03, a
+# bimodal mix with a rare long mode, a workload whose size is no multiple of B (so the sort order counts)
+
+def _one_long(rng) -> dict:
+    batch, long, short = rng.randrange(3, 9), rng.randrange(60, 201, 10), rng.randrange(10, 41, 5)
+    least = -(-2 * (batch - 1) * long // short)         # enough short ones that they, not the long one, set the end
+    return {"long": long, "count": rng.randrange(least, least + 30), "short": short, "batch": batch}
+
+
+def _uniform(rng) -> dict:
+    batch = rng.choice((16, 32, 64))
+    return {"n": batch * rng.randrange(30, 63) + rng.randrange(1, batch), "seed": rng.randrange(0, 100), "batch": batch}
+
+
+DRILLS = (
+    variants.Variant("drill_1", {"long": 120, "count": 40, "short": 30, "batch": 4}, _one_long,
+                     "one {long}-token request then {count} {short}-token requests, `B = {batch}`, continuous "
+                     "batching: how many steps?"),
+    variants.Variant("drill_2", {"mean": 1000, "batch": 8},
+                     lambda rng: {"mean": rng.choice((500, 1000, 2000)), "batch": rng.randrange(4, 17)},
+                     "output lengths are geometric with mean {mean} tokens, `B = {batch}`, many requests: the "
+                     "predicted static/continuous gain (within 0.03)?"),
+    variants.Variant("drill_3", {"short_pct": 90, "short": 50, "long": 1000, "batch": 32},
+                     lambda rng: {"short_pct": rng.choice((80, 90, 95)), "short": rng.randrange(20, 101, 10),
+                                  "long": rng.randrange(500, 2001, 100), "batch": rng.choice((8, 16, 32, 64))},
+                     "{short_pct}% of requests generate {short} tokens and the rest {long}, `B = {batch}`: the "
+                     "predicted gain (within 1%)?"),
+    variants.Variant("drill_4", {"mean": 100, "batch": 256},
+                     lambda rng: {"mean": rng.choice((50, 100, 200)), "batch": rng.choice((64, 128, 256, 512))},
+                     "output lengths are geometric with mean {mean}, `B = {batch}`, many requests: the predicted gain "
+                     "(within 1%)?"),
+    variants.Variant("drill_5", {"n": 2000, "seed": 3, "batch": 32}, _uniform,
+                     "the {n} uniform lengths `workloads.output_lengths({n}, \"uniform\", seed={seed}, lo=1, hi=200)`, "
+                     "sorted shortest first (`sorted(lens)`), static batching at `B = {batch}`: how many steps?"),
+)
+
+
+def drill_numbers(who: str | None = None) -> variants.Mine:
+    """Print the drills with this learner's numbers and return them: ``mine.drill_1.long`` and so on."""
+    return variants.show(DRILLS, who)

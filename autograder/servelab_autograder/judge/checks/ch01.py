@@ -77,13 +77,24 @@ MANY_ARRIVALS = sorted(_MANY.randint(0, 3000) for _ in range(1100))
 
 BIMODAL_PMF = [0.9 if k == 50 else 0.1 if k == 1000 else 0.0 for k in range(1, 1001)]
 DRILL_1_LENS = [300] + [20] * 30
-# drill 5: the uniform workload of the chapter's "how close to the bound" table
-DRILL_5_LENS = workloads.output_lengths(2000, "uniform", seed=3, lo=1, hi=200)
+V = {v.name: v for v in ch01.DRILLS}    # the drills' numbers, drawn per learner
+_NO_STEP = lambda n: ()  # noqa: E731 - step counts of a schedule, not one engine step
+
+
+def _bimodal(n) -> list[float]:
+    return [n.short_pct / 100 if k == n.short else 1 - n.short_pct / 100 if k == n.long else 0.0
+            for k in range(1, n.long + 1)]
+
+
+def _uniform(n) -> list[int]:
+    """Drill 5's workload: the chapter's uniform lengths, of the learner's size and seed."""
+    return workloads.output_lengths(n.n, "uniform", seed=n.seed, lo=1, hi=200)
 
 CHAPTER = Chapter(
     assignment=ch01.ASSIGNMENT,
     prelude="import heapq\nimport math\nimport numbers\nimport random\n\nfrom servelab.analytic import workloads\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_7"),
+    setup=("setup_drills",),
     references=tuple(f"servelab.analytic.batching:{n}" for n in (
         "simulate_static", "simulate_continuous", "naive_continuous", "utilization", "lower_bound",
         "slot_assignments", "simulate_continuous_arrivals", "expected_max", "predicted_gain")),
@@ -125,21 +136,22 @@ CHAPTER = Chapter(
                  random=lambda rng: [(_pmf(rng, rng.randint(1, 30)), rng.randint(1, 16)) for _ in range(200)]),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "steps of continuous batching for one 300-token request then thirty 20-token ones, B = 4",
-              lambda: ref.simulate_continuous(DRILL_1_LENS, 4)[0]),
-        Drill("drill_2", "predicted static/continuous gain for geometric lengths with mean 1000, B = 8",
-              lambda: ref.predicted_gain(ref.geometric_pmf(1000), 8), abs_tol=0.03),
-        Drill("drill_3", "predicted gain when 90% of requests generate 50 tokens and 10% generate 1000, B = 32",
-              lambda: ref.predicted_gain(BIMODAL_PMF, 32), rel_tol=0.01),
-        Drill("drill_4", "predicted static/continuous gain for geometric lengths with mean 100, B = 256",
-              lambda: ref.predicted_gain(ref.geometric_pmf(100), 256), rel_tol=0.01,
-              hints=((ref.predicted_gain(ref.uniform_pmf(1, 200), 256),
-                      "That is the gain for lengths uniform on 1..200; the question's lengths are geometric."),)),
-        Drill("drill_5", "steps of static batching at B = 32 for the 2000 uniform lengths sorted shortest first",
-              lambda: ref.simulate_static(sorted(DRILL_5_LENS), 32)[0],
-              hints=((ref.simulate_static(DRILL_5_LENS, 32)[0],
-                      "That is static batching in arrival order: sort the lengths first."),
-                     (ref.simulate_static(sorted(DRILL_5_LENS, reverse=True), 32)[0],
-                      "That is sorted longest first; the question sorts shortest first, sorted(lens)."))),
+        Drill("drill_1", "", variant=V["drill_1"], points=_NO_STEP,
+              answer=lambda n: ref.simulate_continuous([n.long] + [n.short] * n.count, n.batch)[0]),
+        Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.03, points=_NO_STEP,
+              answer=lambda n: ref.predicted_gain(ref.geometric_pmf(n.mean), n.batch)),
+        Drill("drill_3", "", variant=V["drill_3"], rel_tol=0.01, points=_NO_STEP,
+              answer=lambda n: ref.predicted_gain(_bimodal(n), n.batch)),
+        Drill("drill_4", "", variant=V["drill_4"], rel_tol=0.01, points=_NO_STEP,
+              answer=lambda n: ref.predicted_gain(ref.geometric_pmf(n.mean), n.batch),
+              hints=lambda n: ((ref.predicted_gain(ref.uniform_pmf(1, 2 * n.mean), n.batch),
+                                f"That is the gain for lengths uniform on 1..{2 * n.mean}; the drill's lengths are "
+                                f"geometric."),)),
+        Drill("drill_5", "", variant=V["drill_5"], points=_NO_STEP,
+              answer=lambda n: ref.simulate_static(sorted(_uniform(n)), n.batch)[0],
+              hints=lambda n: ((ref.simulate_static(_uniform(n), n.batch)[0],
+                                "That is static batching in arrival order: sort the lengths first."),
+                               (ref.simulate_static(sorted(_uniform(n), reverse=True), n.batch)[0],
+                                "That is sorted longest first; the drill sorts shortest first, sorted(lens)."))),
     ), read=ch01.as_float),
 )
