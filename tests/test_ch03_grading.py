@@ -453,7 +453,7 @@ def test_the_cells_that_run_while_grading_pass_against_the_grading_library(tmp_p
     lib = sandbox.build_library(ROOT, tmp_path / "lib", CHAPTER.references)
     cells = [(c.meta["grade_id"], python_source(c.source)) for c in NB.cells
              if c.kind == "code" and not is_test(c.meta) and c.meta["grade_id"] not in CHAPTER.demos]
-    assert [g for g, _ in cells] == ["setup_1", "setup_3", "setup_4", *EXERCISES, "drills"]
+    assert [g for g, _ in cells] == ["setup_1", "setup_3", "setup_4", *EXERCISES, "setup_drills", "drills"]
     (tmp_path / "cells.json").write_text(json.dumps(cells))
     (tmp_path / "requests.json").write_text(json.dumps({c: verdicts.request(CHAPTER, c, 7) for c in CHAPTER.cells}))
     script = KERNEL_SIDE.format(lib=str(lib.parent), cells=str(tmp_path / "cells.json"),

@@ -27,6 +27,7 @@ from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec
 from servelab.schedulers import vllm_scheduler
 from servelab.simulator import MixedBudget, Requests, ServingState, simulate
 from servelab_autograder.exercises import ch03_order, ch03_v1, common, spec
+from servelab_autograder.exercises.ch03_drills import DRILLS, drill_numbers  # noqa: F401 - the notebook's names
 from servelab_autograder.exercises.ch03_v1 import V1_CASES, v1_workload  # noqa: F401 - the notebook's _grade.V1_CASES
 from servelab_autograder.exercises.common import some
 from servelab_autograder.exercises.spec import Shape, Spec

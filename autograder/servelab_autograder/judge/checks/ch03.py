@@ -49,12 +49,13 @@ import random
 
 from servelab.analytic import costmodel, ordering
 from servelab.analytic.costmodel import H100_SXM, H200, LLAMA2_7B, LLAMA3_8B, LLAMA31_8B, ModelSpec
+from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch03, ch03_v1, common, spec
 from servelab_autograder.exercises.ch03 import Scenario
 from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch03.SPECS
 OH = ch03.OVERHEAD_S
@@ -336,21 +337,20 @@ Q2_PROMPT, Q2_BUDGET = 65536, 2048    # drill 2: the long prompt, the token budg
 Q3_PROMPT, Q3_CHUNK = 98304, 16384    # drills 3 and 4: the long prompt, the token budget
 
 
-def q2_short_ttft_s(prompt: int = Q2_PROMPT) -> float:
+def q2_short_ttft_s(prompt: int = Q2_PROMPT, budget: int = Q2_BUDGET) -> float:
     """Ten 256-token prompts behind a ``prompt``-token one, FCFS: the long prompt's chunk steps, then one
     budget-sized step for the short ones."""
-    return _prefill_s(LLAMA31_8B, prompt, Q2_BUDGET) + costmodel.step_time(LLAMA31_8B, H100_SXM,
-                                                                          prefill_tokens=Q2_BUDGET)
+    return _prefill_s(LLAMA31_8B, prompt, budget) + costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=budget)
 
 
-def q3_worst_gap_s(prompt: int = Q3_PROMPT) -> float:
+def q3_worst_gap_s(prompt: int = Q3_PROMPT, chunk: int = Q3_CHUNK) -> float:
     """The step of the last chunk of a ``prompt``-token prompt, with 64 decoders at 2048."""
-    return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=Q3_CHUNK, prefill_context=prompt - Q3_CHUNK,
+    return costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=chunk, prefill_context=prompt - chunk,
                                decode_context_lens=[2048] * 64)
 
 
-def q3_lockout_s(prompt: int = Q3_PROMPT) -> float:
-    return _prefill_s(LLAMA31_8B, prompt, Q3_CHUNK)
+def q3_lockout_s(prompt: int = Q3_PROMPT, chunk: int = Q3_CHUNK) -> float:
+    return _prefill_s(LLAMA31_8B, prompt, chunk)
 
 
 def _as_printed(value: float, digits: int) -> tuple:
@@ -361,34 +361,47 @@ def _as_printed(value: float, digits: int) -> tuple:
 Q4_DECODES, Q4_PREFIX, Q4_TPOT_S, Q4_TTFT_S = [2048] * 128, 8000, 0.030, 1.0
 
 
-def q4_plan() -> dict:
-    """Llama-3-8B, TPOT 30 ms, TTFT 1 s, 128 decoders at 2048, chunks on 8000 cached tokens: the chunk the TPOT
-    target allows, the budget, the step, the whole steps within the TTFT target and the limit."""
-    chunk = costmodel.max_prefill_chunk(LLAMA31_8B, H100_SXM, Q4_TPOT_S, Q4_DECODES, Q4_PREFIX)
-    step = costmodel.step_time(LLAMA31_8B, H100_SXM, chunk, Q4_DECODES, Q4_PREFIX)
-    budget = len(Q4_DECODES) + chunk
-    return {"chunk": chunk, "budget": budget, "step_s": step, "steps": math.floor(Q4_TTFT_S / step),
-            "limit": costmodel.max_backlog_tokens(budget, len(Q4_DECODES), step, Q4_TTFT_S)}
+def q4_plan(tpot_s: float = Q4_TPOT_S, ttft_s: float = Q4_TTFT_S, decodes: int = len(Q4_DECODES)) -> dict:
+    """Llama-3-8B, TPOT 30 ms, TTFT 1 s, 128 decoders at 2048, chunks on 8000 cached tokens (by default): the chunk
+    the TPOT target allows, the budget, the step, the whole steps within the TTFT target and the limit."""
+    lens = [2048] * decodes
+    chunk = costmodel.max_prefill_chunk(LLAMA31_8B, H100_SXM, tpot_s, lens, Q4_PREFIX)
+    step = costmodel.step_time(LLAMA31_8B, H100_SXM, chunk, lens, Q4_PREFIX)
+    budget = decodes + chunk
+    return {"chunk": chunk, "budget": budget, "step_s": step, "steps": math.floor(ttft_s / step),
+            "limit": costmodel.max_backlog_tokens(budget, decodes, step, ttft_s)}
 
 
-def _drill_5_hints() -> tuple:
+def _plan(n) -> dict:
+    return q4_plan(n.tpot_ms / 1e3, n.ttft_s, n.decodes)
+
+
+def _drill_5_hints(n) -> tuple:
     # (sizing the chunk without the decodes lands within the drill's 2%: the longer step leaves fewer steps)
-    plan = q4_plan()
+    plan = _plan(n)
     return ((plan["budget"] * (plan["steps"] - 1), _pitfall("backlog_counts_decodes")),
             (plan["chunk"] * plan["steps"], _pitfall("backlog_no_step_in_flight")))
 
 
-_BATCH_HINT = "Find the batch where the step time reaches the target: the largest B with step_time(B) <= 12 ms."
-_CONTEXT_HINT = (f"That is the batch at 2048 tokens of context, the walkthrough's: at {Q1_CONTEXT} every sequence "
-                 "reads more KV each step, while the weights' share of the step stays the same.")
+GPUS = {"H100": H100_SXM, "H200": H200}
+V = {v.name: v for v in ch03.DRILLS}    # each drill's numbers, drawn per learner
+
+
+def _batch(n, gpu=None, context=None) -> int:
+    return costmodel.max_decode_batch(LLAMA2_7B, GPUS[gpu or n.gpu], n.target_ms / 1e3,
+                                      n.context if context is None else context)
+
+
+_BATCH_HINT = "Find the batch where the step time reaches the target: the largest B with step_time(B) <= the target."
+_CONTEXT_HINT = ("That is the batch at 2048 tokens of context, the walkthrough's: at this context every sequence reads "
+                 "another amount of KV each step, while the weights' share of the step stays the same.")
 _FCFS_HINT = ("FCFS: the short requests wait behind every chunk of the long prompt, then take one more step for "
               "their own prompts.")
 _Q2_PREFIX_HINT = ("Each chunk of the long prompt attends to the prompt before it: price chunk k on its prefix of "
-                   f"k x {Q2_BUDGET} cached tokens (prefill_context), not as the start of a prompt.")
-_Q2_COPIED_HINT = ("That is the wait behind the walkthrough's 32,768-token prompt: this one has more chunks, and the "
+                   "k x budget cached tokens (prefill_context), not as the start of a prompt.")
+_Q2_COPIED_HINT = ("That is the wait behind the walkthrough's 32,768-token prompt: this one has other chunks, and the "
                    "later ones attend to a longer prefix.")
-_Q3_COPIED_HINT = ("That is the walkthrough's 131,072-token prompt: this one has fewer chunks, on shorter "
-                   "prefixes.")
+_Q3_COPIED_HINT = "That is the walkthrough's 131,072-token prompt: this one has other chunks, on other prefixes."
 _H100_HINT = "That is the batch on the H100, the walkthrough's: the H200 has the same compute and more bandwidth."
 
 
@@ -398,7 +411,7 @@ def first_compute_bound_chunk(model: ModelSpec = LLAMA3_8B, gpu=H100_SXM) -> int
         lambda n: costmodel.step_cost(model, gpu, prefill_tokens=n).bound == "memory") + 1
 
 
-_RIDGE_HINT = ("That is the H100's ridge point, a number of FLOPs per byte, not of tokens: the step reads weights "
+_RIDGE_HINT = ("That is the GPU's ridge point, a number of FLOPs per byte, not of tokens: the step reads weights "
                "that do little per token (the embedding table, the LM head), so its FLOPs per byte stay below its "
                "token count.")
 
@@ -406,38 +419,51 @@ _NEWCOMER_HINT = ("A newcomer is not at priority 0: its priority is its own prom
                   "waited no time at all. The long prompt must come down to that, not below zero.")
 _PER_SECOND_HINT = "The rate is in tokens a second: the gap to close is spread over the whole wait."
 
+
+def _decode_point(n, gpu=None) -> ServingPoint:
+    return ServingPoint.decode(LLAMA2_7B, GPUS[gpu or n.gpu], _batch(n), n.context - 1)
+
+
+def _chunk_point(prompt, chunk, decodes=()) -> ServingPoint:
+    return ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=decodes, prefill_chunks=(chunk,),
+                        prefill_prefix=prompt - chunk, max_num_batched_tokens=chunk + len(decodes))
+
+
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", f"largest decode batch of LLaMA-2-7B on one H100 ({Q1_CONTEXT} tokens of context each, 0.5 ms "
-          "overhead) that meets a 12 ms TPOT target",
-          lambda: costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, Q1_CONTEXT),
-          hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 0), _pitfall("step_no_kv_read")),
-                 (costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _CONTEXT_HINT),
-                 (16, _BATCH_HINT), (32, _BATCH_HINT))),
-    Drill("drill_2", f"TTFT (s) each of the ten 256-token requests gets behind one {Q2_PROMPT:,}-token prompt, FCFS, "
-          f"{Q2_BUDGET}-token budget, Llama-3.1-8B on one H100", q2_short_ttft_s, rel_tol=0.05,
-          hints=((costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2048), _FCFS_HINT),
-                 (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=2560), _FCFS_HINT),
-                 ((Q2_PROMPT // Q2_BUDGET + 1) * costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=Q2_BUDGET),
-                  _Q2_PREFIX_HINT),
-                 *((v, _Q2_COPIED_HINT) for v in _as_printed(q2_short_ttft_s(32768), 3)))),
-    Drill("drill_3", f"longest inter-token gap (s) the 64 decoders see while a {Q3_PROMPT:,}-token prompt is "
-          f"prefilled in {Q3_CHUNK:,}-token steps", q3_worst_gap_s, rel_tol=0.03,
-          hints=tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_worst_gap_s(131072), 3))),
-    Drill("drill_4", "time (s) new arrivals are locked out while that prompt is prefilled", q3_lockout_s,
-          rel_tol=0.05, hints=tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_lockout_s(131072), 2))),
-    Drill("drill_5", "admission limit (prompt tokens queued ahead plus the request's own) for a 30 ms TPOT and a 1 s "
-          "TTFT target with 128 decoders", lambda: q4_plan()["limit"], rel_tol=0.02, hints=_drill_5_hints()),
-    Drill("drill_6", "fewest tokens of a Llama-3-8B chunk prefilled alone on one H100 (no prefix, no decodes) for "
-          "which the step is compute-bound", first_compute_bound_chunk,
-          hints=((round(H100_SXM.ridge_flops_per_byte), _RIDGE_HINT), (H100_SXM.ridge_flops_per_byte, _RIDGE_HINT))),
-    Drill("drill_7", "largest decode batch of LLaMA-2-7B on one H200 (2048 tokens of context each, 0.5 ms overhead) "
-          "that meets a 12 ms TPOT target", lambda: costmodel.max_decode_batch(LLAMA2_7B, H200, 0.012, 2048),
-          hints=((costmodel.max_decode_batch(LLAMA2_7B, H100_SXM, 0.012, 2048), _H100_HINT), (16, _BATCH_HINT),
-                 (32, _BATCH_HINT))),
-    Drill("drill_8", "smallest aging rate (tokens a second) at which a 65,536-token prompt that has waited 4 s is "
-          "ahead of a 512-token prompt arriving that moment", lambda: ordering.aging_rate_to_overtake(65536, 512, 4.0),
-          rel_tol=0.001, hints=((65536 / 4.0, _NEWCOMER_HINT), ((65536 + 512) / 4.0, _NEWCOMER_HINT),
-                               (65536 - 512, _PER_SECOND_HINT))),
+    Drill("drill_1", "", variant=V["drill_1"], answer=_batch, points=lambda n: (_decode_point(n),),
+          hints=lambda n: ((_batch(n, context=0), _pitfall("step_no_kv_read")),
+                           *unless_right(_batch(n), ((_batch(n, context=2048), _CONTEXT_HINT), (16, _BATCH_HINT),
+                                                     (32, _BATCH_HINT))))),
+    Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: q2_short_ttft_s(n.prompt, n.budget), rel_tol=0.05,
+          points=lambda n: (_chunk_point(n.prompt, n.budget),),
+          hints=lambda n: ((costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.budget), _FCFS_HINT),
+                           (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.budget + 512), _FCFS_HINT),
+                           ((n.prompt // n.budget + 1) * costmodel.step_time(LLAMA31_8B, H100_SXM,
+                                                                            prefill_tokens=n.budget),
+                            _Q2_PREFIX_HINT),
+                           *((v, _Q2_COPIED_HINT) for v in _as_printed(q2_short_ttft_s(32768), 3)))),
+    Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: q3_worst_gap_s(n.prompt, n.chunk), rel_tol=0.03,
+          points=lambda n: (_chunk_point(n.prompt, n.chunk, (2048,) * 64),),
+          hints=lambda n: tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_worst_gap_s(131072), 3))),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: q3_lockout_s(n.prompt, n.chunk), rel_tol=0.05,
+          points=lambda n: (_chunk_point(n.prompt, n.chunk),),
+          hints=lambda n: tuple((v, _Q3_COPIED_HINT) for v in _as_printed(q3_lockout_s(131072), 2))),
+    Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _plan(n)["limit"], rel_tol=0.02, hints=_drill_5_hints,
+          points=lambda n: (ServingPoint(LLAMA31_8B, H100_SXM, decode_contexts=(2048,) * n.decodes,
+                                         prefill_chunks=(_plan(n)["chunk"],), prefill_prefix=Q4_PREFIX,
+                                         max_num_batched_tokens=_plan(n)["budget"]),)),
+    Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: first_compute_bound_chunk(LLAMA3_8B, GPUS[n.gpu]),
+          points=lambda n: (ServingPoint(LLAMA3_8B, GPUS[n.gpu],
+                                         prefill_chunks=(first_compute_bound_chunk(LLAMA3_8B, GPUS[n.gpu]),)),),
+          hints=lambda n: ((round(GPUS[n.gpu].ridge_flops_per_byte), _RIDGE_HINT),
+                           (GPUS[n.gpu].ridge_flops_per_byte, _RIDGE_HINT))),
+    Drill("drill_7", "", variant=V["drill_7"], answer=_batch, points=lambda n: (_decode_point(n),),
+          hints=lambda n: unless_right(_batch(n), ((_batch(n, gpu="H100"), _H100_HINT), (16, _BATCH_HINT),
+                                                   (32, _BATCH_HINT)))),
+    Drill("drill_8", "", variant=V["drill_8"], rel_tol=0.001, points=lambda n: (),
+          answer=lambda n: ordering.aging_rate_to_overtake(n.prompt, n.newcomer, float(n.wait_s)),
+          hints=lambda n: ((n.prompt / n.wait_s, _NEWCOMER_HINT), ((n.prompt + n.newcomer) / n.wait_s, _NEWCOMER_HINT),
+                           (n.prompt - n.newcomer, _PER_SECOND_HINT))),
 ), read=lambda value, name: common.as_float(value, name, common.short_repr(12, 120), finite=True))
 
 
@@ -492,6 +518,7 @@ CHAPTER = Chapter(
             "from servelab.schedulers.vllm_scheduler import RequestStatus\n",
     demos=("setup_2", "setup_5", "setup_6", "setup_7", "setup_8", "setup_9", "setup_10", "setup_11", "setup_12",
            "setup_13"),
+    setup=("setup_drills",),
     references=("servelab.analytic.costmodel:max_prefill_chunk", "servelab.analytic.costmodel:max_backlog_tokens",
                 "servelab.simulator.policies:MixedBudget.schedule",
                 "servelab.simulator.policies:MixedBudget._shortest_first",
