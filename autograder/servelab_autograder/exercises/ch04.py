@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from servelab.schedulers.radix_cache import RadixCache
 from servelab_autograder.exercises import spec
+from servelab_autograder.exercises.ch04_drills import DRILLS, drill_numbers  # noqa: F401 - the notebook's names
 from servelab_autograder.exercises.radix_record import (  # noqa: F401 - the names other modules find here
     EXERCISES,
     LOCKS,

@@ -25,7 +25,7 @@ from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.scheduler import BlockManager
 from servelab.schedulers.scheduler import Sequence as NanoSequence
 from servelab_autograder.exercises import ch04, common
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch04.SPECS
 PAGE_SIZES = (1, 2, 4)
@@ -84,57 +84,57 @@ def _whole_random(rng: random.Random) -> list[tuple]:
 # the drills of "Say it in the interview", computed by the reference
 
 
-def _drill_skipped() -> int:
+V = {v.name: v for v in ch04.DRILLS}    # the drills' numbers, drawn per learner
+_NO_STEP = lambda n: ()  # noqa: E731 - a cache's counts, not an engine step
+
+
+def _drill_skipped(n) -> int:
     cache = RadixCache()
-    prompt = list(range(1000, 2500))                    # a 1500-token system prompt
+    prompt = list(range(1000, 1000 + n.prompt))           # the system prompt
     skipped, next_kv = 0, 0
-    for i in range(200):
-        key = prompt + [50_000 + i, 7, 7]               # each request's own question
+    for i in range(n.requests):
+        key = prompt + [50_000 + i, 7, 7]                 # each request's own question
         skipped += len(cache.match_prefix(key[:-1])[0])
         cache.insert(key, range(next_kv, next_kv + len(key)))
         next_kv += len(key)
     return skipped
 
 
-def _drill_mib() -> int:
-    return int(1500 * LLAMA2_7B.kv_bytes_per_token // (KiB * KiB))
+def _mib(tokens: int) -> int:
+    return int(tokens * LLAMA2_7B.kv_bytes_per_token // (KiB * KiB))
 
 
-def _drill_block_vs_radix() -> int:
-    prompt = list(range(1000, 2000))
-    first, second = prompt + [7] * 20, prompt + [9] * 50
+def _requests(n) -> tuple[list[int], list[int]]:
+    """Drill 3's two requests: the cached one, and the new one with the same system prompt."""
+    prompt = list(range(1000, 1000 + n.system))
+    return prompt + [7] * n.own_before, prompt + [9] * n.own_now
+
+
+def _block_hits(n) -> int:
+    first, second = _requests(n)
     bm = BlockManager(num_blocks=64, block_size=256)
     seq = NanoSequence(first, block_size=256)
     bm.allocate(seq, bm.can_allocate(seq))
     seq.num_scheduled_tokens = len(first)
     bm.hash_blocks(seq)
     bm.deallocate(seq)
-    block_hits = bm.can_allocate(NanoSequence(second, block_size=256)) * 256
-    cache = RadixCache()
-    cache.insert(first, range(len(first)))
-    return len(cache.match_prefix(second[:-1])[0]) - block_hits
+    return bm.can_allocate(NanoSequence(second, block_size=256)) * 256
 
 
-def _drill_decode_read_mib() -> int:
-    """200 requests share drill 1's 1500-token prompt and decode together: MiB of that prompt's KV one decode
-    step reads when every request's attention reads its own context (a plain paged kernel)."""
-    return int(200 * 1500 * LLAMA2_7B.kv_bytes_per_token // (KiB * KiB))
-
-
-def _drill_paged_reuse() -> int:
-    """Drill 3's two requests through a radix cache with page_size 16: tokens the second one reuses."""
-    prompt = list(range(1000, 2000))
-    first, second = prompt + [7] * 20, prompt + [9] * 50
-    cache = RadixCache(page_size=16)
+def _reuse(n, page_size: int = 1) -> int:
+    first, second = _requests(n)
+    cache = RadixCache(page_size=page_size)
     cache.insert(first, range(len(first)))
     return len(cache.match_prefix(second[:-1])[0])
 
+
+DIFF = "The drill asks for the difference: the block cache reuses whole blocks only."
 
 CHAPTER = Chapter(
     assignment=ch04.ASSIGNMENT,
     prelude="import servelab.schedulers.radix_cache\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_7"),
-    setup=("setup_6",),
+    setup=("setup_6", "setup_drills"),
     references=tuple(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
     exercises=(
         Exercise(S["child_key"], "test_child_key", fixed=ch04.child_key_cases, random=_child_key_random),
@@ -149,29 +149,27 @@ CHAPTER = Chapter(
                  random=_whole_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "number of prefill tokens the radix cache skips for 200 requests sharing a 1500-token "
-                         "system prompt", _drill_skipped,
-              hints=((300_000, "The first request computes the system prompt: only the other 199 skip it."),)),
-        Drill("drill_2", "number of MiB of KV one copy of that 1500-token prompt takes in LLaMA-2-7B (fp16, 512 KiB "
-                         "per token)", _drill_mib,
-              hints=((768_000, "That is KiB: divide by 1024 once more."),
-                     (150_000, "512 KiB per token is half a MiB: 1500 tokens are 750 MiB."))),
-        Drill("drill_3", "number of extra prompt tokens the radix cache (page size 1) reuses compared with a "
-                         "block-hash cache with 256-token blocks, for a 1000-token system prompt followed by the "
-                         "request's own tokens", _drill_block_vs_radix,
-              hints=((1000, "The question asks for the difference: the block cache reuses whole blocks only."),
-                     (768, "The question asks for the difference: the block cache reuses whole blocks only."),
-                     (24, "Blocks of 256: the block cache reuses 3 whole blocks (768 tokens), not 1024 - 24."))),
-        Drill("drill_4", "number of MiB of the shared 1500-token prompt's KV that one decode step of the 200 requests "
-                         "reads with a plain paged attention kernel", _drill_decode_read_mib,
-              hints=((750, "That is the one copy the tree stores. Storing it once saves memory; each request's "
-                           "attention still reads the prompt's KV itself, every decode step."),
-                     (153_600_000, "That is KiB: divide by 1024 once more."))),
-        Drill("drill_5", "number of drill 3's shared tokens a radix cache with page_size 16 reuses",
-              _drill_paged_reuse,
-              hints=((1000, "With pages the match is rounded down to whole 16-token pages."),
-                     (1008, "The match is rounded down to whole pages, not up: the 1000 equal tokens end inside "
-                            "a page."),
-                     (768, "That is 256-token blocks: here a page is 16 tokens."))),
+        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_skipped, points=_NO_STEP,
+              hints=lambda n: ((n.requests * n.prompt, f"The first request computes the system prompt: only the other "
+                                                       f"{n.requests - 1} skip it."),)),
+        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _mib(n.prompt), points=_NO_STEP,
+              hints=lambda n: ((n.prompt * 512, "That is KiB: divide by 1024 once more."),
+                               (n.prompt, "512 KiB per token is half a MiB."))),
+        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: _reuse(n) - _block_hits(n), points=_NO_STEP,
+              hints=lambda n: unless_right(_reuse(n) - _block_hits(n), (
+                  (_reuse(n), DIFF), (_block_hits(n), DIFF),
+                  (_block_hits(n) + 256 - n.system, "Blocks of 256: the block cache reuses whole blocks only, "
+                                                    "rounded down, not up.")))),
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _mib(n.requests * n.prompt), points=_NO_STEP,
+              hints=lambda n: ((_mib(n.prompt), "That is the one copy the tree stores. Storing it once saves memory; "
+                                                "each request's attention still reads the prompt's KV itself, every "
+                                                "decode step."),
+                               (n.requests * n.prompt * 512, "That is KiB: divide by 1024 once more."))),
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _reuse(n, 16), points=_NO_STEP,
+              hints=lambda n: unless_right(_reuse(n, 16), (
+                  (n.system, "With pages the match is rounded down to whole 16-token pages."),
+                  (-(-n.system // 16) * 16, "The match is rounded down to whole pages, not up: the equal tokens end "
+                                             "inside a page."),
+                  (_block_hits(n), "That is 256-token blocks: here a page is 16 tokens.")))),
     ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )
