@@ -21,6 +21,7 @@ from __future__ import annotations
 from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.radix_scheduler import RadixScheduler
 from servelab_autograder.exercises import spec
+from servelab_autograder.exercises.ch05_drills import DRILLS, drill_numbers  # noqa: F401 - the notebook's names
 from servelab_autograder.exercises.radix_record import record
 from servelab_autograder.exercises.radix_requests import (  # noqa: F401 - the names other modules find here
     build_sched,

@@ -61,54 +61,61 @@ def _whole_random(rng: random.Random) -> list[tuple]:
 # the drills of "Say it in the interview", computed by the reference
 
 
-def _drill_starvation() -> int:
-    return lpm_starvation("lpm", n_hot=8)[1]
+V = {v.name: v for v in ch05.DRILLS}    # the drills' numbers, drawn per learner
+_NO_STEP = lambda n: ()  # noqa: E731 - a cache's and a pool's counts, not an engine step
 
 
-def _drill_locked_room() -> int:
-    """A pool of 1000 slots; a running request hit a cached 600-token system prompt (locked now) and holds 30
-    slots of its own; the tree also keeps 200 unlocked tokens of finished requests. The most a new request that
-    shares nothing can be given: free + evictable."""
-    pool = TokenToKVPoolAllocator(1000)
+def _drill_starvation(n) -> int:
+    return lpm_starvation("lpm", n_hot=n.hot)[1]
+
+
+def _drill_locked_room(n) -> int:
+    """A pool; a running request hit a cached system prompt (locked now) and holds slots of its own; the tree also
+    keeps unlocked tokens of finished requests. The most a new request that shares nothing can be given: free +
+    evictable."""
+    pool = TokenToKVPoolAllocator(n.pool)
     tree = RadixCache(token_to_kv_pool_allocator=pool)
-    system, other = list(range(1, 601)), list(range(5000, 5200))
-    tree.insert(system, pool.alloc(600))
-    tree.insert(other, pool.alloc(200))
+    system, other = list(range(1, n.system + 1)), list(range(5000, 5000 + n.unlocked))
+    tree.insert(system, pool.alloc(n.system))
+    tree.insert(other, pool.alloc(n.unlocked))
     tree.inc_lock_ref(tree.match_prefix(system + [9])[1])
-    pool.alloc(30)                                   # the running request's own slots
+    pool.alloc(n.own)                                # the running request's own slots
     return pool.available_size() + tree.evictable_size()
 
 
-def _drill_evict() -> int:
+def _drill_evict(n) -> int:
     cache = RadixCache()
-    prompt = list(range(1, 101))
-    a, b = prompt + list(range(200, 220)), prompt + list(range(300, 330))
+    prompt = list(range(1, n.prompt + 1))
+    a, b = prompt + list(range(20_000, 20_000 + n.a)), prompt + list(range(30_000, 30_000 + n.b))
     cache.insert(a, range(len(a)))
-    cache.insert(b, range(1000, 1000 + len(b)))
+    cache.insert(b, range(100_000, 100_000 + len(b)))
     cache.match_prefix(a)
-    return len(cache.evict(25))
+    return len(cache.evict(n.target))
 
 
-RESERVE_FREE, RESERVE_EVICTABLE, RESERVE_RUNNING, RESERVE_LEFT, RESERVE_RATIO = 3000, 1000, 10, 400, 0.7
+RESERVE_RATIO = 0.7
 
 
-def _drill_room_with_reservation() -> int:
-    """SGLang's admission room: free + evictable slots less the running requests' reservation, min(tokens left,
-    4096) x new_token_ratio each (servelab.schedulers.radix_scheduler.decode_reservation)."""
-    held = decode_reservation([RESERVE_LEFT] * RESERVE_RUNNING, RESERVE_RATIO)
-    return round(RESERVE_FREE + RESERVE_EVICTABLE - held)
+def _held(n, ratio: float = RESERVE_RATIO) -> float:
+    """SGLang's reservation for the running requests: min(tokens left, 4096) x new_token_ratio each
+    (servelab.schedulers.radix_scheduler.decode_reservation)."""
+    return decode_reservation([n.left] * n.running, ratio)
 
 
-def _drill_reservation_at_the_floor() -> int:
+def _drill_room_with_reservation(n) -> int:
+    return round(n.free + n.evictable - _held(n))
+
+
+def _drill_reservation_at_the_floor(n) -> int:
     """The same running requests once the ratio has decayed to its floor, 0.14 of its starting 0.7."""
-    return round(decode_reservation([RESERVE_LEFT] * RESERVE_RUNNING, RESERVE_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR))
+    return round(_held(n, RESERVE_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR))
 
 
 CHAPTER = Chapter(
     assignment=ch05.ASSIGNMENT,
     prelude="import heapq\nimport servelab.schedulers.radix_cache\nimport servelab.schedulers.radix_scheduler\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_6", "setup_7", "setup_8"),
-    setup=("setup_5",),
+    setup=("setup_5", "setup_drills"),
     references=(*(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ("inc_lock_ref", "dec_lock_ref", "evict")),
                 "servelab.schedulers.radix_scheduler:RadixScheduler.cache_finished_req"),
     exercises=(
@@ -124,31 +131,34 @@ CHAPTER = Chapter(
                  random=_whole_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "step at which L is admitted under longest-prefix-first in the starvation workload",
-              _drill_starvation,
-              hints=((3, "That is first come, first served: under LPM every waiting H matches 32 tokens and L none, "
-                         "so each H is sorted ahead of L."),)),
-        Drill("drill_2", "number of slots a new request that shares nothing can be given (free + evictable)",
-              _drill_locked_room,
-              hints=((170, "Unlocked tokens in the tree are room too: admission evicts them."),
-                     (400, "The running request's 30 slots of its own are not room either."),
-                     (1000, "The locked 600-token path and the running request's own 30 slots cannot be given away."))),
-        Drill("drill_3", "number of tokens evict(25) frees", _drill_evict,
-              hints=((25, "evict frees whole nodes: it never cuts a leaf."),
-                     (20, "The match refreshed A's path: the least recently used leaf is B's 30-token suffix."),
-                     (150, "evict stops as soon as it has freed at least 25 tokens."))),
-        Drill("drill_4", "number of slots of room SGLang's admission sees for a new request (free + evictable, less "
-                         "the reservation for the running requests)", _drill_room_with_reservation,
-              hints=((4000, "The running requests' future decode tokens are held back too: tokens left x "
-                            "new_token_ratio each."),
-                     (0, "The reservation is scaled by new_token_ratio: a request is not expected to use all of "
-                         "max_new_tokens."),
-                     (200, "Evictable tokens are room too: admission evicts them."))),
-        Drill("drill_5", "number of slots the reservation holds back for those 10 requests once new_token_ratio "
-                         "has decayed to its floor", _drill_reservation_at_the_floor,
-              hints=((2800, "That is at the starting ratio: 600 decode steps without a retraction take it down "
-                            "to its floor."),
-                     (560, "The floor is 0.14 times the starting ratio, not 0.14."),
-                     (0, "The ratio never falls to 0: it stops at its floor."))),
+        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_starvation, points=_NO_STEP,
+              hints=lambda n: ((3, "That is first come, first served: under LPM every waiting H matches 32 tokens and "
+                                   "L none, so each H is sorted ahead of L."),)),
+        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_locked_room, points=_NO_STEP,
+              hints=lambda n: ((n.pool - n.system - n.own - n.unlocked, "Unlocked tokens in the tree are room too: "
+                                                                        "admission evicts them."),
+                               (n.pool - n.system, "The running request's own slots are not room either."),
+                               (n.pool, "The locked path and the running request's own slots cannot be given "
+                                        "away."))),
+        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: n.prompt + n.a + n.b - _drill_evict(n),
+              points=_NO_STEP,
+              hints=lambda n: ((n.prompt + n.a + n.b - n.target, "evict frees whole nodes: it never cuts a leaf."),
+                               (n.prompt + n.b, "The match refreshed A's path: the least recently used leaf is B's "
+                                                "suffix."),
+                               (0, "evict stops as soon as it has freed enough tokens."))),
+        Drill("drill_4", "", variant=V["drill_4"], answer=_drill_room_with_reservation, points=_NO_STEP,
+              hints=lambda n: ((n.free + n.evictable, "The running requests' future decode tokens are held back too: "
+                                                      "tokens left x new_token_ratio each."),
+                               (n.free + n.evictable - n.running * n.left,
+                                "The reservation is scaled by new_token_ratio: a request is not expected to use all "
+                                "of max_new_tokens."),
+                               (_drill_room_with_reservation(n) - n.evictable,
+                                "Evictable tokens are room too: admission evicts them."))),
+        Drill("drill_5", "", variant=V["drill_5"], answer=_drill_reservation_at_the_floor, points=_NO_STEP,
+              hints=lambda n: ((round(_held(n)), "That is at the starting ratio: decode steps without a retraction "
+                                                 "take it down to its floor."),
+                               (round(n.running * n.left * MIN_NEW_TOKEN_RATIO_FACTOR),
+                                "The floor is 0.14 times the starting ratio, not 0.14."),
+                               (0, "The ratio never falls to 0: it stops at its floor."))),
     ), read=lambda value, name: common.whole_number(value, name, ch04._short)),
 )
