@@ -24,6 +24,7 @@ from servelab.engine.driver import fake_model
 from servelab.schedulers import scheduler as ref
 from servelab.schedulers.scheduler import BlockManager, Scheduler, Sequence
 from servelab_autograder.exercises import spec
+from servelab_autograder.exercises.ch02_drills import DRILLS, drill_numbers  # noqa: F401 - the notebook's names
 from servelab_autograder.exercises.ch02_scenarios import (  # noqa: F401 - the names other modules find here
     abc_run,
     cache_scenarios,

@@ -23,7 +23,7 @@ from servelab.analytic import costmodel, workloads
 from servelab.engine.driver import Engine, expected
 from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
 from servelab_autograder.exercises import ch02, common
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
 
 S = ch02.SPECS
 
@@ -138,16 +138,16 @@ def _prefilled_abc(num_blocks: int) -> int:
     return sum(r.num_batched_tokens for r in Engine(sch).run(reqs) if r.is_prefill)
 
 
-def _drill_cached_system_prompt() -> int:
-    system = list(range(1000))
-    sch = Scheduler(num_blocks=200, block_size=16, max_num_batched_tokens=4096)
-    Engine(sch).run([_seq("first", system + [7] * 20, 1)])
-    return sch.block_manager.can_allocate(Sequence(system + [9] * 50, name="new", block_size=16)) * 16
+def _drill_cached_system_prompt(n) -> int:
+    system = list(range(n.system))
+    sch = Scheduler(num_blocks=400, block_size=16, max_num_batched_tokens=4096)
+    Engine(sch).run([_seq("first", system + [7] * n.own_before, 1)])
+    return sch.block_manager.can_allocate(Sequence(system + [9] * n.own_now, name="new", block_size=16)) * 16
 
 
-def _drill_same_step() -> int:
-    prompt = list(range(40))
-    sch = Scheduler(num_blocks=20, block_size=16, max_num_batched_tokens=4096)
+def _drill_same_step(n) -> int:
+    prompt = list(range(n.prompt))
+    sch = Scheduler(num_blocks=40, block_size=16, max_num_batched_tokens=4096)
     trace = Engine(sch).run([_seq("R1", prompt, 2), _seq("R2", prompt, 2)], arrivals={1: [_seq("R3", prompt, 2)]})
     return sum(r.num_batched_tokens for r in trace if r.is_prefill)
 
@@ -180,12 +180,15 @@ def _drill_paged_fit(block_size: int) -> int:
     return len(_paged_workload())
 
 
+V = {v.name: v for v in ch02.DRILLS}    # the drills' numbers: 2, 3 and 5 drawn per learner
+_NO_STEP = lambda n: ()  # noqa: E731 - a scheduler's counts, not an engine step's time
+
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
     prelude="import servelab.schedulers.scheduler\n"
             "from servelab.schedulers.scheduler import BlockManager, SamplingParams, Sequence, SequenceStatus\n",
     demos=("setup_2", "setup_3", "setup_5", "setup_6", "setup_7", "setup_9"),
-    setup=("setup_4", "setup_8"),
+    setup=("setup_4", "setup_8", "setup_drills"),
     references=tuple(f"servelab.schedulers.scheduler:{n}" for n in (
         "Scheduler.schedule", "Scheduler.preempt", "Scheduler.postprocess", "BlockManager.can_allocate")),
     exercises=(
@@ -203,29 +206,29 @@ CHAPTER = Chapter(
                  random=lambda rng: [*_random("can_allocate", 60, caching=(True,))(rng), *_many("can_allocate")]),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "total number of tokens prefilled for A, B and C with 6 blocks of 4 (budget 8, prefix "
-                         "caching off)", lambda: _prefilled_abc(6),
-              hints=((14, "C is preempted after it has generated tokens and is prefilled again, generated tokens "
-                          "included: count that second prefill too."),
-                     (_prefilled_abc(5), "That is the run with 5 blocks; with a sixth block C keeps decoding one "
-                                         "step longer before it is preempted."))),
-        Drill("drill_2", "number of tokens of the new request (1000-token system prompt + 50 own tokens, block "
-                         "size 16) served from the prefix cache", _drill_cached_system_prompt,
-              hints=((1000, "Hits are whole blocks: the block holding tokens 992..1007 mixes system-prompt tokens "
-                            "with the request's own, so it is not a hit."),)),
-        Drill("drill_3", "total number of prompt tokens prefilled for R1, R2 (same step) and R3 (one step later), "
-                         "same 40-token prompt, block size 16", _drill_same_step,
-              hints=((56, "R1 and R2 are admitted in the same step: R1's blocks are hashed only in postprocess, "
-                          "so R2 cannot hit them."),
-                     (120, "R3 arrives after R1's and R2's blocks were hashed: its first two full blocks hit."),
-                     (80, "R3 still computes its last (partial) block: hits are whole blocks and never the last."))),
-        Drill("drill_4", "number of tokens B's second prefill computes (A 5 tokens, then B 37 tokens, 6 blocks of 8, "
-                         "prefix caching off)", _drill_second_prefill,
-              hints=((37, "B had generated tokens before it was preempted: recompute covers them too."),)),
-        Drill("drill_5", "number of the \"Why paged KV at all\" requests that fit at once in blocks of 256 tokens",
-              lambda: _drill_paged_fit(256),
-              hints=((_drill_paged_fit(16), "That is at blocks of 16 tokens; the question asks for blocks of 256."),
-                     (costmodel.kv_capacity_tokens(costmodel.LLAMA3_8B, costmodel.H100_SXM) // 8192,
-                      "That is one contiguous max_model_len buffer per request; the question asks for blocks."))),
+        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _prefilled_abc(n.blocks), points=_NO_STEP,
+              hints=lambda n: ((14, "C is preempted after it has generated tokens and is prefilled again, generated "
+                                    "tokens included: count that second prefill too."),
+                               (_prefilled_abc(5), "That is the run with 5 blocks; with a sixth block C keeps "
+                                                   "decoding one step longer before it is preempted."))),
+        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_cached_system_prompt, points=_NO_STEP,
+              hints=lambda n: ((n.system, "Hits are whole blocks: the block holding the system prompt's last tokens "
+                                          "mixes them with the request's own, so it is not a hit."),)),
+        Drill("drill_3", "", variant=V["drill_3"], answer=_drill_same_step, points=_NO_STEP,
+              hints=lambda n: unless_right(_drill_same_step(n), (
+                  (n.prompt + 2 * (n.prompt - (n.prompt - 1) // 16 * 16),
+                   "R1 and R2 are admitted in the same step: R1's blocks are hashed only in postprocess, so R2 "
+                   "cannot hit them."),
+                  (3 * n.prompt, "R3 arrives after R1's and R2's blocks were hashed: its full blocks hit."),
+                  (2 * n.prompt, "R3 still computes its last (partial) block: hits are whole blocks and never the "
+                                 "last.")))),
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _drill_second_prefill(), points=_NO_STEP,
+              hints=lambda n: ((n.b, "B had generated tokens before it was preempted: recompute covers them too."),)),
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _drill_paged_fit(n.block), points=_NO_STEP,
+              hints=lambda n: ((_drill_paged_fit(16), "That is at blocks of 16 tokens; the drill asks for other "
+                                                      "blocks."),
+                               (costmodel.kv_capacity_tokens(costmodel.LLAMA3_8B, costmodel.H100_SXM) // 8192,
+                                "That is one contiguous max_model_len buffer per request; the drill asks for "
+                                "blocks."))),
     ), read=lambda value, name: common.whole_number(value, name, ch02._short)),
 )
