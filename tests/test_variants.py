@@ -16,7 +16,7 @@ from servelab_autograder.judge.verdicts import Pitfalls, grade_namespace
 from servelab_autograder.runner.kernel_guard import learner_env
 
 DRAWN = [c for c in checks.tables() if c.drills is not None and any(d.variant for d in c.drills.drills)]
-LEARNERS = [f"learner{i:03d}" for i in range(120)]
+LEARNERS = [f"learner{i:03d}" for i in range(60)]
 
 
 def test_some_chapter_draws_its_drills():
