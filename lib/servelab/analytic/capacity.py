@@ -13,12 +13,13 @@ each answers. Every function takes `ModelSpec` / `GPUSpec` values; a derated `GP
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from servelab.analytic import costmodel
+from servelab.analytic.checks import count as _count
+from servelab.analytic.checks import positive as _positive
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, LLAMA3_8B, GPUSpec, ModelSpec  # noqa: F401
 
 __all__ = [
@@ -44,20 +45,6 @@ __all__ = [
 ]
 
 SECONDS_PER_DAY = 86_400
-
-
-def _count(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _positive(name: str, value, allow_zero: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and (
-        value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,7 +89,7 @@ def compute_ridge_batch(model: ModelSpec, gpu: GPUSpec, context_len: int) -> int
     >>> compute_ridge_batch(LLAMA3_8B, H100_SXM, 256), compute_ridge_batch(LLAMA3_8B, H100_SXM, 2048)
     (912, inf)
     """
-    context_len = _count("context_len", context_len, low=0)
+    context_len = _count("context_len", context_len, least=0)
     one, two = _decode_cost(model, gpu, 1, context_len), _decode_cost(model, gpu, 2, context_len)
     f, m = one.compute_s, two.memory_s - one.memory_s
     w = one.memory_s - m
@@ -359,7 +346,7 @@ def time_weighted_running(result, t_from: float, t_to: float) -> float:
 
 def _computed_of(prompt_len: int, cached_prefix: int) -> tuple[int, int]:
     """(cached_prefix, the prompt tokens computed): a prefix-cache hit must leave at least one token to compute."""
-    cached_prefix = _count("cached_prefix", cached_prefix, low=0)
+    cached_prefix = _count("cached_prefix", cached_prefix, least=0)
     if cached_prefix >= prompt_len:
         raise ValueError(f"cached_prefix ({cached_prefix}) must leave at least one prompt token to compute "
                          f"(prompt_len {prompt_len})")
@@ -396,7 +383,7 @@ def decode_s_per_token(model: ModelSpec, gpu: GPUSpec, batch: int, context_len: 
     >>> round(decode_s_per_token(LLAMA3_8B, H100_SXM, 256, 2050) * 1e6, 1)
     100.9
     """
-    batch, context_len = _count("batch", batch), _count("context_len", context_len, low=0)
+    batch, context_len = _count("batch", batch), _count("context_len", context_len, least=0)
     return costmodel.step_time(model, gpu, decode_context_lens=[context_len] * batch, overhead_s=overhead_s) / batch
 
 
@@ -560,8 +547,8 @@ def budget_knee(model: ModelSpec, gpu: GPUSpec, num_decodes: int, context_len: i
     >>> budget_knee(LLAMA3_8B, H100_SXM, 0, 0), budget_knee(LLAMA3_8B, H100_SXM, 64, 2048)
     (339, 688)
     """
-    num_decodes = _count("num_decodes", num_decodes, low=0)
-    context_len = _count("context_len", context_len, low=0)
+    num_decodes = _count("num_decodes", num_decodes, least=0)
+    context_len = _count("context_len", context_len, least=0)
     contexts = [context_len] * num_decodes
 
     def compute_bound(c: int) -> bool:
@@ -590,7 +577,7 @@ def slo_budget(model: ModelSpec, gpu: GPUSpec, tbt_target_s: float, num_decodes:
     >>> slo_budget(LLAMA3_8B, H100_SXM, 0.030, 32, 1024)
     2012
     """
-    num_decodes = _count("num_decodes", num_decodes, low=0)
-    context_len = _count("context_len", context_len, low=0)
+    num_decodes = _count("num_decodes", num_decodes, least=0)
+    context_len = _count("context_len", context_len, least=0)
     return num_decodes + costmodel.max_prefill_chunk(model, gpu, tbt_target_s, [context_len] * num_decodes,
                                                      prefill_context=prefill_context)

@@ -20,10 +20,11 @@ roofline's step line per decode GPU; SLOs are means. The simulator: servelab.sim
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 from servelab.analytic import capacity, costmodel, queueing
+from servelab.analytic.checks import count as _count
+from servelab.analytic.checks import positive as _positive
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.analytic.kv_tiers import PCIE_GEN5_X16
 from servelab.analytic.specs import NVLINK_H100, RDMA_400G
@@ -49,19 +50,6 @@ __all__ = [
 # NVLink 4 and a 400 Gb/s NIC: servelab.analytic.specs says where the figures come from. PCIe through host memory:
 # chapter 8's figure.
 LINKS = (NVLINK_H100, RDMA_400G, PCIE_GEN5_X16)
-
-
-def _count(name: str, value, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
-
-
-def _positive(name: str, value, allow_zero: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (value >= 0 if allow_zero else value > 0):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
 
 
 def prefill_s(model: ModelSpec, gpu: GPUSpec, prompt_len: int, overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> float:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 
 from servelab.analytic import costmodel
+from servelab.analytic.checks import count as _count
 from servelab.analytic.costmodel import GPUSpec, ModelSpec
 
 __all__ = [
@@ -38,12 +38,6 @@ __all__ = [
 AWQ_GROUP_SIZE = 128
 SCALE_BYTES = 2          # a group's scale, in the activations' 16-bit dtype (vLLM 0.33.0's AWQ `scales` parameter)
 ZERO_BYTES = 0.5         # a group's 4-bit zero point, packed eight to an int32 (`qzeros`)
-
-
-def _count(name: str, value, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 from dataclasses import dataclass
 
 from servelab.analytic import capacity, costmodel, serving
+from servelab.analytic.checks import count as _count
+from servelab.analytic.checks import positive as _positive
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, H100_SXM, GPUSpec, ModelSpec  # noqa: F401
 from servelab.analytic.specs import DEFAULT_LINK_LATENCY_S, NVLINK_H100, RDMA_400G, LinkSpec
 
@@ -69,19 +70,6 @@ LAUNCH_S = 10e-6
 # vLLM 0.33.0's CUDAGraphMode (vllm/config/compilation.py): "full" captures the whole forward (attention included),
 # "piecewise" captures the pieces between attention ops and runs attention eagerly, "eager" captures nothing.
 GRAPH_MODES = ("full", "piecewise", "eager")
-
-
-def _count(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
-
-
-def _positive(name: str, value, allow_zero: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (value >= 0 if allow_zero else value > 0):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
 
 
 # --------------------------------------------------------------------------------------------------
