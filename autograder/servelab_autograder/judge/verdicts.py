@@ -110,12 +110,11 @@ class Drill:
     def whole(self, who: str = "") -> bool:
         """Whether the answer is a count (an int): graded exactly, whatever tolerance the drill names, since a
         tolerance of 1% would take 1,200 where 1,199 is right."""
-        want = self.want(who)
-        return isinstance(want, numbers.Integral) and not isinstance(want, bool)
+        return _is_count(self.want(who))
 
     def accepts(self, got: float, want=None, who: str = "") -> bool:
         want = self.want(who) if want is None else want
-        if isinstance(want, numbers.Integral) and not isinstance(want, bool):
+        if _is_count(want):
             return got == float(want)
         return math.isclose(got, float(want), rel_tol=self.rel_tol, abs_tol=self.abs_tol)
 
@@ -124,6 +123,16 @@ class Drill:
             return "exactly"
         return f"within {self.abs_tol}" if self.abs_tol else f"within {self.rel_tol:.0%}" if self.rel_tol \
             else "exactly"
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def no_point(numbers: dict) -> tuple:
+    """A drawn drill's serving points when it describes no engine step (a schedule's or a cache's counts, a kernel's
+    traffic, a queue): none to check."""
+    return ()
 
 
 def unless_right(answer, pairs) -> tuple:
@@ -249,14 +258,19 @@ class Pitfalls:
         self.setup = {gid: c.source for gid, c in zip(ids, nb.cells) if gid in chapter.setup}
         self.order = [gid for gid in ids if gid in self.solution or gid in self.setup]
         self.patches = known_wrong.pitfalls(root, chapter.assignment)
-        self._by_learner: dict = {}
 
-    @functools.cache  # noqa: B019 - one Pitfalls per grading process
     def namespace(self, name: str | None) -> dict:
         """The solution cells (with pitfall ``name`` applied) and the chapter's setup cells, run in notebook
-        order, as a learner's namespace."""
+        order, as a learner's namespace, on the workbook's own drill numbers."""
+        return self.learner_namespace(name, "")
+
+    @functools.cache  # noqa: B019 - one Pitfalls per grading process
+    def learner_namespace(self, name: str | None, who: str) -> dict:
+        """`namespace(name)` with the drills' numbers of learner `who` (a drawn drill's patch gives a different wrong
+        answer for each learner); whatever the process's environment says."""
         cells = self.solution if name is None else next(p for p in self.patches if p.name == name).apply(self.solution)
-        return self.run(cells, f"__solution_{name or 'ok'}__")
+        with as_learner(who):
+            return self.run(cells, f"__solution_{name or 'ok'}__")
 
     def run(self, solution: dict[str, str], module: str = "__solution_mutant__") -> dict:
         """``solution`` (grade id -> source of every solution cell) and the chapter's setup cells, run in notebook
@@ -289,19 +303,6 @@ class Pitfalls:
     def name(self, spec: Spec, args, got) -> str | None:
         """The message of the known mistake whose ``spec.name`` returns ``got`` on ``args``, if one does."""
         return next((p.message for p, wrong in self.wrong_results(spec, args) if spec.explains(got, wrong)), None)
-
-    def learner_namespace(self, name: str | None, who: str) -> dict:
-        """`namespace(name)` with the drills cell run on learner `who`'s numbers (a drawn drill's patch gives a
-        different wrong answer for each learner)."""
-        if who in SELF:
-            return self.namespace(name)
-        key = (name, who)
-        if key not in self._by_learner:
-            cells = self.solution if name is None else \
-                next(p for p in self.patches if p.name == name).apply(self.solution)
-            with as_learner(who):
-                self._by_learner[key] = self.run(cells, f"__solution_{name or 'ok'}__")
-        return self._by_learner[key]
 
     def drill(self, drill: Drill, got: float, who: str = "") -> str | None:
         who = who if drill.variant is not None else ""
@@ -517,4 +518,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["SHORT", "Chapter", "Drill", "Drills", "Exercise", "Pitfalls", "Relation", "Verdict", "grade_namespace",
-           "judge", "request", "table", "unless_right"]
+           "judge", "no_point", "request", "table", "unless_right"]

@@ -216,12 +216,10 @@ def check(point: ServingPoint) -> Feasible:
                                        f"bits") from None
     broken: list[tuple[str, str]] = []
     if kv_tokens > kv_capacity:
-        where = (f"an {point.gpu.name} holds" if point.gpus == 1 else
-                 f"{point.gpus} {point.gpu.name} GPUs (TP{point.tp} x PP{point.pp}) hold")
+        where, whose = ((f"an {point.gpu.name} holds", "its") if point.gpus == 1 else
+                        (f"{point.gpus} {point.gpu.name} GPUs (TP{point.tp} x PP{point.pp}) hold", "their"))
         broken.append(("kv", f"the batch needs {kv_tokens:,} KV tokens; {where} {kv_capacity:,} "
-                             f"at {point.gpu_memory_utilization:.0%} of their memory" if point.gpus > 1 else
-                             f"the batch needs {kv_tokens:,} KV tokens; {where} {kv_capacity:,} "
-                             f"at {point.gpu_memory_utilization:.0%} of its memory"))
+                             f"at {point.gpu_memory_utilization:.0%} of {whose} memory"))
     limit = model.max_position_embeddings
     if limit is not None and max(contexts) > limit:
         broken.append(("context", f"a sequence needs a context of {max(contexts):,} tokens; {model.name} takes at "

@@ -11,7 +11,7 @@ import random
 from servelab.analytic import batching as ref
 from servelab.analytic import workloads
 from servelab_autograder.exercises import ch01
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, Relation
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, Relation, no_point
 
 S = ch01.SPECS
 
@@ -78,7 +78,6 @@ MANY_ARRIVALS = sorted(_MANY.randint(0, 3000) for _ in range(1100))
 BIMODAL_PMF = [0.9 if k == 50 else 0.1 if k == 1000 else 0.0 for k in range(1, 1001)]
 DRILL_1_LENS = [300] + [20] * 30
 V = {v.name: v for v in ch01.DRILLS}    # the drills' numbers, drawn per learner
-_NO_STEP = lambda n: ()  # noqa: E731 - step counts of a schedule, not one engine step
 
 
 def _bimodal(n) -> list[float]:
@@ -136,18 +135,18 @@ CHAPTER = Chapter(
                  random=lambda rng: [(_pmf(rng, rng.randint(1, 30)), rng.randint(1, 16)) for _ in range(200)]),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], points=_NO_STEP,
+        Drill("drill_1", "", variant=V["drill_1"], points=no_point,
               answer=lambda n: ref.simulate_continuous([n.long] + [n.short] * n.count, n.batch)[0]),
-        Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.03, points=_NO_STEP,
+        Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.03, points=no_point,
               answer=lambda n: ref.predicted_gain(ref.geometric_pmf(n.mean), n.batch)),
-        Drill("drill_3", "", variant=V["drill_3"], rel_tol=0.01, points=_NO_STEP,
+        Drill("drill_3", "", variant=V["drill_3"], rel_tol=0.01, points=no_point,
               answer=lambda n: ref.predicted_gain(_bimodal(n), n.batch)),
-        Drill("drill_4", "", variant=V["drill_4"], rel_tol=0.01, points=_NO_STEP,
+        Drill("drill_4", "", variant=V["drill_4"], rel_tol=0.01, points=no_point,
               answer=lambda n: ref.predicted_gain(ref.geometric_pmf(n.mean), n.batch),
               hints=lambda n: ((ref.predicted_gain(ref.uniform_pmf(1, 2 * n.mean), n.batch),
                                 f"That is the gain for lengths uniform on 1..{2 * n.mean}; the drill's lengths are "
                                 f"geometric."),)),
-        Drill("drill_5", "", variant=V["drill_5"], points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], points=no_point,
               answer=lambda n: ref.simulate_static(sorted(_uniform(n)), n.batch)[0],
               hints=lambda n: ((ref.simulate_static(_uniform(n), n.batch)[0],
                                 "That is static batching in arrival order: sort the lengths first."),

@@ -23,7 +23,7 @@ from servelab.analytic import costmodel, workloads
 from servelab.engine.driver import Engine, expected
 from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
 from servelab_autograder.exercises import ch02, common
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch02.SPECS
 
@@ -181,7 +181,6 @@ def _drill_paged_fit(block_size: int) -> int:
 
 
 V = {v.name: v for v in ch02.DRILLS}    # the drills' numbers: 2, 3 and 5 drawn per learner
-_NO_STEP = lambda n: ()  # noqa: E731 - a scheduler's counts, not an engine step's time
 
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
@@ -206,15 +205,15 @@ CHAPTER = Chapter(
                  random=lambda rng: [*_random("can_allocate", 60, caching=(True,))(rng), *_many("can_allocate")]),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _prefilled_abc(n.blocks), points=_NO_STEP,
+        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _prefilled_abc(n.blocks), points=no_point,
               hints=lambda n: ((14, "C is preempted after it has generated tokens and is prefilled again, generated "
                                     "tokens included: count that second prefill too."),
                                (_prefilled_abc(5), "That is the run with 5 blocks; with a sixth block C keeps "
                                                    "decoding one step longer before it is preempted."))),
-        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_cached_system_prompt, points=_NO_STEP,
+        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_cached_system_prompt, points=no_point,
               hints=lambda n: ((n.system, "Hits are whole blocks: the block holding the system prompt's last tokens "
                                           "mixes them with the request's own, so it is not a hit."),)),
-        Drill("drill_3", "", variant=V["drill_3"], answer=_drill_same_step, points=_NO_STEP,
+        Drill("drill_3", "", variant=V["drill_3"], answer=_drill_same_step, points=no_point,
               hints=lambda n: unless_right(_drill_same_step(n), (
                   (n.prompt + 2 * (n.prompt - (n.prompt - 1) // 16 * 16),
                    "R1 and R2 are admitted in the same step: R1's blocks are hashed only in postprocess, so R2 "
@@ -222,9 +221,9 @@ CHAPTER = Chapter(
                   (3 * n.prompt, "R3 arrives after R1's and R2's blocks were hashed: its full blocks hit."),
                   (2 * n.prompt, "R3 still computes its last (partial) block: hits are whole blocks and never the "
                                  "last.")))),
-        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _drill_second_prefill(), points=_NO_STEP,
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _drill_second_prefill(), points=no_point,
               hints=lambda n: ((n.b, "B had generated tokens before it was preempted: recompute covers them too."),)),
-        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _drill_paged_fit(n.block), points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _drill_paged_fit(n.block), points=no_point,
               hints=lambda n: ((_drill_paged_fit(16), "That is at blocks of 16 tokens; the drill asks for other "
                                                       "blocks."),
                                (costmodel.kv_capacity_tokens(costmodel.LLAMA3_8B, costmodel.H100_SXM) // 8192,

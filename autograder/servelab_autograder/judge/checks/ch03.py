@@ -55,7 +55,7 @@ from servelab_autograder.exercises import ch03, ch03_v1, common, spec
 from servelab_autograder.exercises.ch03 import Scenario
 from servelab_autograder.exercises.spec import DEFAULT
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch03.SPECS
 OH = ch03.OVERHEAD_S
@@ -460,7 +460,7 @@ DRILLS = Drills("test_drills", (
     Drill("drill_7", "", variant=V["drill_7"], answer=_batch, points=lambda n: (_decode_point(n),),
           hints=lambda n: unless_right(_batch(n), ((_batch(n, gpu="H100"), _H100_HINT), (16, _BATCH_HINT),
                                                    (32, _BATCH_HINT)))),
-    Drill("drill_8", "", variant=V["drill_8"], rel_tol=0.001, points=lambda n: (),
+    Drill("drill_8", "", variant=V["drill_8"], rel_tol=0.001, points=no_point,
           answer=lambda n: ordering.aging_rate_to_overtake(n.prompt, n.newcomer, float(n.wait_s)),
           hints=lambda n: ((n.prompt / n.wait_s, _NEWCOMER_HINT), ((n.prompt + n.newcomer) / n.wait_s, _NEWCOMER_HINT),
                            (n.prompt - n.newcomer, _PER_SECOND_HINT))),

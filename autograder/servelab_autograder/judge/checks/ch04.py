@@ -25,7 +25,7 @@ from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.scheduler import BlockManager
 from servelab.schedulers.scheduler import Sequence as NanoSequence
 from servelab_autograder.exercises import ch04, common
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch04.SPECS
 PAGE_SIZES = (1, 2, 4)
@@ -85,7 +85,6 @@ def _whole_random(rng: random.Random) -> list[tuple]:
 
 
 V = {v.name: v for v in ch04.DRILLS}    # the drills' numbers, drawn per learner
-_NO_STEP = lambda n: ()  # noqa: E731 - a cache's counts, not an engine step
 
 
 def _drill_skipped(n) -> int:
@@ -149,23 +148,23 @@ CHAPTER = Chapter(
                  random=_whole_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_skipped, points=_NO_STEP,
+        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_skipped, points=no_point,
               hints=lambda n: ((n.requests * n.prompt, f"The first request computes the system prompt: only the other "
                                                        f"{n.requests - 1} skip it."),)),
-        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _mib(n.prompt), points=_NO_STEP,
+        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _mib(n.prompt), points=no_point,
               hints=lambda n: ((n.prompt * 512, "That is KiB: divide by 1024 once more."),
                                (n.prompt, "512 KiB per token is half a MiB."))),
-        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: _reuse(n) - _block_hits(n), points=_NO_STEP,
+        Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: _reuse(n) - _block_hits(n), points=no_point,
               hints=lambda n: unless_right(_reuse(n) - _block_hits(n), (
                   (_reuse(n), DIFF), (_block_hits(n), DIFF),
                   (_block_hits(n) + 256 - n.system, "Blocks of 256: the block cache reuses whole blocks only, "
                                                     "rounded down, not up.")))),
-        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _mib(n.requests * n.prompt), points=_NO_STEP,
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _mib(n.requests * n.prompt), points=no_point,
               hints=lambda n: ((_mib(n.prompt), "That is the one copy the tree stores. Storing it once saves memory; "
                                                 "each request's attention still reads the prompt's KV itself, every "
                                                 "decode step."),
                                (n.requests * n.prompt * 512, "That is KiB: divide by 1024 once more."))),
-        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _reuse(n, 16), points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _reuse(n, 16), points=no_point,
               hints=lambda n: unless_right(_reuse(n, 16), (
                   (n.system, "With pages the match is rounded down to whole 16-token pages."),
                   (-(-n.system // 16) * 16, "The match is rounded down to whole pages, not up: the equal tokens end "

@@ -28,7 +28,7 @@ from servelab.schedulers.radix_cache import RadixCache
 from servelab.schedulers.radix_scheduler import MIN_NEW_TOKEN_RATIO_FACTOR, TokenToKVPoolAllocator, decode_reservation
 from servelab_autograder.exercises import ch04, ch05, common
 from servelab_autograder.judge.checks.ch04 import random_workloads
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch05.SPECS
 
@@ -62,7 +62,6 @@ def _whole_random(rng: random.Random) -> list[tuple]:
 
 
 V = {v.name: v for v in ch05.DRILLS}    # the drills' numbers, drawn per learner
-_NO_STEP = lambda n: ()  # noqa: E731 - a cache's and a pool's counts, not an engine step
 
 
 def _drill_starvation(n) -> int:
@@ -131,22 +130,22 @@ CHAPTER = Chapter(
                  random=_whole_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_starvation, points=_NO_STEP,
+        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_starvation, points=no_point,
               hints=lambda n: ((3, "That is first come, first served: under LPM every waiting H matches 32 tokens and "
                                    "L none, so each H is sorted ahead of L."),)),
-        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_locked_room, points=_NO_STEP,
+        Drill("drill_2", "", variant=V["drill_2"], answer=_drill_locked_room, points=no_point,
               hints=lambda n: ((n.pool - n.system - n.own - n.unlocked, "Unlocked tokens in the tree are room too: "
                                                                         "admission evicts them."),
                                (n.pool - n.system, "The running request's own slots are not room either."),
                                (n.pool, "The locked path and the running request's own slots cannot be given "
                                         "away."))),
         Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: n.prompt + n.a + n.b - _drill_evict(n),
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((n.prompt + n.a + n.b - n.target, "evict frees whole nodes: it never cuts a leaf."),
                                (n.prompt + n.b, "The match refreshed A's path: the least recently used leaf is B's "
                                                 "suffix."),
                                (0, "evict stops as soon as it has freed enough tokens."))),
-        Drill("drill_4", "", variant=V["drill_4"], answer=_drill_room_with_reservation, points=_NO_STEP,
+        Drill("drill_4", "", variant=V["drill_4"], answer=_drill_room_with_reservation, points=no_point,
               hints=lambda n: ((n.free + n.evictable, "The running requests' future decode tokens are held back too: "
                                                       "tokens left x new_token_ratio each."),
                                (n.free + n.evictable - n.running * n.left,
@@ -154,7 +153,7 @@ CHAPTER = Chapter(
                                 "of max_new_tokens."),
                                (_drill_room_with_reservation(n) - n.evictable,
                                 "Evictable tokens are room too: admission evicts them."))),
-        Drill("drill_5", "", variant=V["drill_5"], answer=_drill_reservation_at_the_floor, points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], answer=_drill_reservation_at_the_floor, points=no_point,
               hints=lambda n: ((round(_held(n)), "That is at the starting ratio: decode steps without a retraction "
                                                  "take it down to its floor."),
                                (round(n.running * n.left * MIN_NEW_TOKEN_RATIO_FACTOR),

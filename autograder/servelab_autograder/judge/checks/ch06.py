@@ -29,7 +29,7 @@ import random
 from servelab.analytic.costmodel import H200, shared_prefix_decode_traffic
 from servelab.kernels import exercises as ex
 from servelab_autograder.exercises import ch06
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch06.SPECS
 
@@ -80,7 +80,6 @@ DECODE = [
 ]
 DRILL_SHAPE = (64, 8, 128, 2)           # Llama-3-70B's attention: 64 query / 8 KV heads, head_dim 128, bf16
 V = {v.name: v for v in ch06.DRILLS}    # the drills' numbers, drawn per learner: one step for all six
-_NO_STEP = lambda n: ()  # noqa: E731 - one layer's attention: a kernel's traffic, not an engine's step
 
 
 def _step(n):
@@ -154,27 +153,27 @@ CHAPTER = Chapter(
                  random=_traffic_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _step(n)[0], rel_tol=0.005, points=_NO_STEP),
+        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _step(n)[0], rel_tol=0.005, points=no_point),
         Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: _step(n)[1] / _step(n)[0], rel_tol=0.01,
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((_step(n)[0] / _step(n)[1], "That is bytes per FLOP: arithmetic intensity is FLOPs "
                                                            "divided by bytes."),)),
         Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: max(_step(n)[2:]) * 1e6, rel_tol=0.01,
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((_step(n)[3] * 1e6, "That is the compute time: the step takes the larger of its memory "
                                                    "and compute times."), (_step(n)[2], "Give the time in "
                                                                                         "microseconds."))),
         Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _step(n)[2] / _step(n)[3], rel_tol=0.01,
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((_step(n)[3] / _step(n)[2], "That is compute time over memory time; the drill asks "
                                                            "memory time over compute time."),)),
-        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _shared(n)[0], rel_tol=0.005, points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _shared(n)[0], rel_tol=0.005, points=no_point,
               hints=lambda n: ((_shared(n, prefix_once=False)[0], "That reads the prefix once per sequence, as drill 1 "
                                                                   "does: the cascade kernel reads it once for all."),
                                (_shared(n, prefix=0)[0], "That leaves the prefix out: the cascade kernel reads it "
                                                          "once, not never."))),
         Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: _shared(n)[1] / _shared(n)[0], rel_tol=0.01,
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((_shared(n)[0] / _shared(n)[1], "That is bytes per FLOP: arithmetic intensity is FLOPs "
                                                                "divided by bytes."),)),
     ), read=ch06.as_float),

@@ -20,7 +20,7 @@ import random
 
 from servelab.analytic import costmodel
 from servelab_autograder.exercises import ch07
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch07.SPECS
 
@@ -121,7 +121,6 @@ def _block_bytes(n) -> int:
     return int(n.block * M.kv_bytes_per_token)
 
 
-_NO_STEP = lambda n: ()  # noqa: E731 - the tensors and slots of one step, not its time
 
 
 CHAPTER = Chapter(
@@ -144,27 +143,27 @@ CHAPTER = Chapter(
         Exercise(S["paged_attention"], "test_paged_attention", fixed=_attention_fixed, random=_attention_random),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], points=_NO_STEP,
+        Drill("drill_1", "", variant=V["drill_1"], points=no_point,
               answer=lambda n: n.table[(n.prompt - 1) // 16] * 16 + (n.prompt - 1) % 16,
               hints=lambda n: ((n.table[(n.prompt - 1) // 16] * 16 + n.prompt % 16,
                                 f"That is the slot of position {n.prompt}; the last of {n.prompt} tokens is position "
                                 f"{n.prompt - 1}."),)),
-        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: n.prompt + n.second, points=_NO_STEP,
+        Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: n.prompt + n.second, points=no_point,
               hints=lambda n: ((n.prompt - n.cached + n.second,
                                 "That is cu_seqlens_q[-1], the new tokens; cu_seqlens_k also counts the cached "
                                 "ones."),)),
         Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: n.table[-1] * 16 + (n.length - 1) % 16,
-              points=_NO_STEP,
+              points=no_point,
               hints=lambda n: ((n.table[-1] * 16 + n.length % 16 - 1,
                                 "len % block_size is 0 when the last block is full: the new token is row 15 of that "
                                 "block, not row -1."),)),
-        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: n.gib * 2**30 // _block_bytes(n), points=_NO_STEP,
+        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: n.gib * 2**30 // _block_bytes(n), points=no_point,
               hints=lambda n: ((n.gib * 2**30 // (_block_bytes(n) // M.num_layers),
                                 "A block holds its tokens' K/V in every layer."),)),
-        Drill("drill_5", "", variant=V["drill_5"], answer=_no_cache, points=_NO_STEP,
+        Drill("drill_5", "", variant=V["drill_5"], answer=_no_cache, points=no_point,
               hints=lambda n: ((n.prompt * n.new, "Each step recomputes the whole sequence so far, and it grows by one "
                                                   "token a step."),)),
         Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: _no_cache(n) / _with_cache(n), rel_tol=0.01,
-              points=_NO_STEP),
+              points=no_point),
     ), read=ch07.as_float),
 )

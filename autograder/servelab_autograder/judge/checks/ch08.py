@@ -33,7 +33,7 @@ from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch08, common, spec
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch08.SPECS
 case = ch08.case
@@ -222,7 +222,7 @@ DRILLS = Drills("test_drills", (
     Drill("drill_2", "", variant=V["drill_2"], answer=_d2, rel_tol=0.01,
           points=lambda n: (_prefill(LLAMA2_7B, tokens=n.tokens),),
           hints=lambda n: ((_d2(n, 128e9), _pitfall("drills_bidirectional")), (_d2(n, mfu_pct=50), _at_50_hint(n)))),
-    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=lambda n: (),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=no_point,
           hints=lambda n: ((LINK / _GB, _pitfall("effective_no_latency")),
                            (_d3(n, n.block * LLAMA3_8B.num_layers * _per_layer_k(LLAMA3_8B)), _ALL_LAYERS_HINT))),
     # 0.2%: up to 256 blocks, one block fewer (a part-filled last block dropped) is at least 0.39% less

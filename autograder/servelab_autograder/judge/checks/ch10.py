@@ -23,7 +23,7 @@ from servelab.analytic import costmodel
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B
 from servelab.analytic.serving import ServingPoint
 from servelab_autograder.exercises import ch10, common
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch10.SPECS
 
@@ -114,7 +114,7 @@ def _seen(n) -> float:
 
 DRILLS = Drills("test_drills", (
     Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _gain(n.cpu_ms, n.gpu_ms), rel_tol=0.01,
-          points=lambda n: (),
+          points=no_point,
           hints=lambda n: (
               (max(n.cpu_ms, n.gpu_ms) / (n.cpu_ms + n.gpu_ms),
                "That is the overlapped step time over the synchronous one: the gain is the other way up."),
@@ -126,19 +126,19 @@ DRILLS = Drills("test_drills", (
                             "StepCost.seconds() adds the fixed per-step overhead: that is CPU time already, so take "
                             "max(compute_s, memory_s) for the GPU part."),)),
     Drill("drill_3", "", variant=V["drill_3"], answer=lambda n: 100 * 1 / n.eos_at, rel_tol=0.005,
-          points=lambda n: (),
+          points=no_point,
           hints=lambda n: ((100 / (n.eos_at - 1), f"Divide the wasted slot by all {n.eos_at} slots, not by the "
                                                   f"{n.eos_at - 1} useful ones."),)),
-    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: 0.0, abs_tol=1e-9, points=lambda n: (),
+    Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: 0.0, abs_tol=1e-9, points=no_point,
           hints=lambda n: ((100 / n.max_tokens, "A stop at max_tokens is known before the last token exists: the "
                                                 "scheduler does not schedule that request again, so nothing is "
                                                 "wasted."),)),
     Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: n.gpu_ms * (n.gain - 1), rel_tol=0.01,
-          points=lambda n: (),
+          points=no_point,
           hints=lambda n: ((n.gpu_ms / (n.gain - 1), "That is the other answer, a CPU-bound step; the drill asks for "
                                                     "the smaller."),
                            (n.gain * n.gpu_ms, f"{n.gain} x the GPU time is the synchronous step, not the CPU part."))),
-    Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: n.stops // n.block, points=lambda n: (),
+    Drill("drill_6", "", variant=V["drill_6"], answer=lambda n: n.stops // n.block, points=no_point,
           hints=lambda n: ((n.stops, "A wasted decode takes a block only when its position opens one: one offset "
                                      f"in {n.block}."),
                            (0, "The eos token's KV is computed by the wasted decode: it needs a slot, and a new block "

@@ -35,7 +35,7 @@ from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch11
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, unless_right
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch11.SPECS
 case = ch11.case
@@ -220,7 +220,7 @@ def _verify(batch, context, k) -> ServingPoint:
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "", variant=V["drill_1"], answer=_e, rel_tol=1e-3, points=lambda n: (),
+    Drill("drill_1", "", variant=V["drill_1"], answer=_e, rel_tol=1e-3, points=no_point,
           hints=lambda n: ((1 + n.alpha * n.k, _pitfall("expected_independent")),
                            (_e(n) - 1, _pitfall("expected_no_bonus")),
                            (n.k + 1.0, _pitfall("expected_counts_rejected")))),
@@ -236,7 +236,7 @@ DRILLS = Drills("test_drills", (
     Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: n.batch * (n.k + 1),
           points=lambda n: (_verify(n.batch, 1024, n.k),),
           hints=lambda n: ((n.batch, _pitfall("fit_outside_budget")), (n.batch * n.k, _pitfall("drills_drafts_only")))),
-    Drill("drill_5", "", variant=V["drill_5"], answer=d5_answer, points=lambda n: (),
+    Drill("drill_5", "", variant=V["drill_5"], answer=d5_answer, points=no_point,
           hints=lambda n: ((0, _pitfall("rollback_keeps_lookahead")), (d5_answer(n) + 1, _pitfall("rollback_floor")),
                            *unless_right(d5_answer(n), ((d5_taken(n), "That is how many look-ahead blocks the step "
                                                                       "took: the accepted drafts keep theirs."),)))),

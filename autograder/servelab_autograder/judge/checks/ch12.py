@@ -21,7 +21,7 @@ import random
 
 from servelab.analytic import queueing
 from servelab_autograder.exercises import ch12
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch12.SPECS
 case = ch12.case
@@ -148,21 +148,20 @@ def _retry_after_random(rng: random.Random):
 # the drills of "Say it in the interview": every expected value comes from the library
 
 V = {v.name: v for v in ch12.DRILLS}    # each drill's numbers, drawn per learner: queueing numbers, no single step
-_NO_STEP = lambda n: ()  # noqa: E731
 
 
 DRILLS = Drills("test_drills", (
-    Drill("drill_1", "", variant=V["drill_1"], abs_tol=0.001, points=_NO_STEP,
+    Drill("drill_1", "", variant=V["drill_1"], abs_tol=0.001, points=no_point,
           answer=lambda n: queueing.utilization_limit(n.ttft_s, n.prefill_ms / 1e3, math.exp(n.sigma ** 2) - 1)),
-    Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.05, points=_NO_STEP,
+    Drill("drill_2", "", variant=V["drill_2"], abs_tol=0.05, points=no_point,
           answer=lambda n: queueing.drain_time(n.spike, n.base, n.capacity, n.seconds)),
-    Drill("drill_3", "", variant=V["drill_3"], abs_tol=0.5, points=_NO_STEP,
+    Drill("drill_3", "", variant=V["drill_3"], abs_tol=0.5, points=no_point,
           answer=lambda n: queueing.dead_requests(n.spike, n.base, n.capacity, n.seconds, n.timeout)),
-    Drill("drill_4", "", variant=V["drill_4"], abs_tol=0.5, points=_NO_STEP,
+    Drill("drill_4", "", variant=V["drill_4"], abs_tol=0.5, points=no_point,
           answer=lambda n: n.rate * n.deadline_s - n.prompt),
-    Drill("drill_5", "", variant=V["drill_5"], abs_tol=0.001, points=_NO_STEP,
+    Drill("drill_5", "", variant=V["drill_5"], abs_tol=0.001, points=no_point,
           answer=lambda n: sum(queueing.retry_delay(a, n.base_s, n.cap_s) for a in range(n.retries))),
-    Drill("drill_6", "", variant=V["drill_6"], abs_tol=0.5, points=_NO_STEP,
+    Drill("drill_6", "", variant=V["drill_6"], abs_tol=0.5, points=no_point,
           answer=lambda n: queueing.retry_after(n.queued, n.line, n.rate)),
 ), read=lambda value, name: ch12.common.as_float(value, name, ch12.common.short_repr(12, 120), finite=True))
 

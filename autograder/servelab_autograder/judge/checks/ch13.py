@@ -29,7 +29,7 @@ from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch13
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch13.SPECS
 case = ch13.case
@@ -200,7 +200,7 @@ DRILLS = Drills("test_drills", (
           hints=lambda n: ((fairness.batch_kv_quota(M, G, n.target_ms / 1e3, 0, 0, n.batch_ctx),
                             _pitfall("quota_ignores_interactive")),
                            (fairness.batch_kv_quota(M, G, *_d2(n)) // n.batch_ctx, _pitfall("quota_in_sequences")))),
-    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=lambda n: (),
+    Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01, points=no_point,
           hints=lambda n: ((n.share_pct / (100 - n.share_pct) * (n.chat_prompt + n.chat_out) - n.doc_out,
                             _pitfall("shares_weight_alike")),)),
     Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _d4_weights(n).decode_s / _d4_weights(n).prefill_s,

@@ -28,7 +28,7 @@ from servelab.analytic.serving import ServingPoint
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch15
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch15.SPECS
 case = ch15.case
@@ -195,10 +195,10 @@ def _d4(n, replicas=None) -> float:
 
 DRILLS = Drills("test_drills", (
     Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: routing.keys_kept(n.before, n.after, "modulo"),
-          rel_tol=0.002, points=lambda n: (),
+          rel_tol=0.002, points=no_point,
           hints=lambda n: ((routing.keys_kept(n.before, n.after, "consistent"), _pitfall("modulo_like_ring")),)),
     Drill("drill_2", "", variant=V["drill_2"], answer=lambda n: math.ceil(n.factor * (n.outstanding + 1) / n.replicas),
-          points=lambda n: (),
+          points=no_point,
           hints=lambda n: ((math.ceil(n.factor * n.outstanding / n.replicas), _pitfall("cap_without_the_key")),)),
     Drill("drill_3", "", variant=V["drill_3"], answer=_d3, rel_tol=0.01,
           points=lambda n: (ServingPoint(LLAMA31_8B, H100_SXM, prefill_chunks=(n.prompt,)),
@@ -207,7 +207,7 @@ DRILLS = Drills("test_drills", (
           hints=lambda n: ((_d3(n) / 1e3, "That is the time in seconds: the drill asks for milliseconds."),
                            (costmodel.step_time(LLAMA31_8B, H100_SXM, prefill_tokens=n.prompt) * 1e3,
                             _pitfall("drills_whole_prompt")))),
-    Drill("drill_4", "", variant=V["drill_4"], answer=_d4, rel_tol=0.002, points=lambda n: (),
+    Drill("drill_4", "", variant=V["drill_4"], answer=_d4, rel_tol=0.002, points=no_point,
           hints=lambda n: ((_d4(n, 1), "That is the hit rate when each prompt misses once in all: round-robin sends "
                                        "it to every replica, and each replica misses it once."),)),
 ), read=lambda value, name: ch15.common.as_float(value, name, ch15.common.short_repr(12, 120), finite=True))

@@ -28,7 +28,7 @@ from servelab.analytic.costmodel import DEEPSEEK_V3, H100_SXM, H200, LLAMA2_7B, 
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch16
 from servelab_autograder.judge import known_wrong
-from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise
+from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point
 
 S = ch16.SPECS
 case = ch16.case
@@ -176,13 +176,13 @@ DRILLS = Drills("test_drills", (
     Drill("drill_2", "", variant=V2, answer=lambda n: par.kv_tokens_per_degree(M70, H200, n.tp), points=_kv_point,
           hints=lambda n: ((par.kv_tokens_per_degree(M70, H200, n.tp) * n.tp, _pitfall("kv_tokens_times_gpus")),)),
     Drill("drill_3", "", variant=V3, answer=lambda n: par.bubble_fraction(n.stages, n.microbatches), rel_tol=0.002,
-          points=lambda n: (),
+          points=no_point,
           hints=lambda n: (((n.stages - 1) / n.microbatches, "The pipeline fills and drains: p - 1 of the m + p - 1 "
                                                              "slots idle, not (p - 1) / m."),)),
     Drill("drill_4", "", variant=V4, answer=lambda n: par.pad_to_graph(n.batch, SIZES) - n.batch,
           points=lambda n: (serving.ServingPoint.decode(M8, G, n.batch, 512),),
           hints=lambda n: ((max(s for s in SIZES if s <= n.batch) - n.batch, _pitfall("pad_rounds_down")),)),
-    Drill("drill_5", "", variant=V5, answer=lambda n: par.expert_ridge_tokens(*_d5(n)), points=lambda n: (),
+    Drill("drill_5", "", variant=V5, answer=lambda n: par.expert_ridge_tokens(*_d5(n)), points=no_point,
           hints=lambda n: ((_d5(n)[1].ridge_flops_per_byte * _d5(n)[0].bytes_per_param / 2,
                             _pitfall("drills_dense_ridge")),)),
 ), read=lambda value, name: ch16.common.as_float(value, name, ch16.common.short_repr(12, 120), finite=True))
