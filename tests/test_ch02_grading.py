@@ -14,6 +14,7 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,7 @@ from grading_harness import Notebook, Proof
 from servelab.schedulers.scheduler import BlockManager, Scheduler
 from servelab_autograder import paths
 from servelab_autograder.exercises import ch02, plain
+from servelab_autograder.exercises.variants import Numbers as ch02_numbers
 from servelab_autograder.judge import verdicts
 from servelab_autograder.judge.checks import ch02 as table
 
@@ -143,12 +145,32 @@ def test_each_run_draws_its_own_random_cases():
 
 
 def test_drills_name_a_wrong_count_and_want_whole_numbers():
-    ns = {**solution(), "drill_1": 14}
-    assert "C is preempted after it has generated tokens" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_1": 7 * 8 + 1}       # the workbook's blocks of 8: the prompts alone
+    assert "count those second prefills too" in grade(ns, cells=["test_drills"])["test_drills"].message
+    ns = {**solution(), "drill_1": 49}              # the run "Why it matters" prints, at blocks of 4
+    assert "scales every length with the block" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_2": 992.0}
     assert "must be a whole number" in grade(ns, cells=["test_drills"])["test_drills"].message
     ns = {**solution(), "drill_4": 37}
     assert "recompute covers them too" in grade(ns, cells=["test_drills"])["test_drills"].message
+
+
+def test_the_traced_drills_keep_their_premise_and_shape_over_every_draw():
+    """Drills 1 and 4 are runs read step by step: over each whole draw range nano-vllm's scheduler keeps the run's
+    shape (three preemptions; B preempted once, when A's 9th token needs a block), so one hand trace generalises:
+    12bs + 1 tokens prefilled, and b + 9 - a for B's second prefill. Just outside the ranges, the premise breaks."""
+    drills = {d.name: d for d in CHAPTER.drills.drills}
+    draws = [d.variant.draw(random.Random(s)) for d in (drills["drill_1"], drills["drill_4"]) for s in range(600)]
+    assert {n["bs"] for n in draws if "bs" in n} == set(range(3, 33)) - {4}
+    assert {(n["a"], n["b"]) for n in draws if "a" in n} == \
+        {(a, b) for a in range(2, 8) for b in range(25 + a, min(32 + a, 39) + 1)}
+    for bs in range(3, 33):
+        assert table._drill_tight_prefilled(ch02_numbers(bs=bs)) == 12 * bs + 1
+    for a in range(2, 8):
+        for b in range(25 + a, min(32 + a, 39) + 1):
+            assert table._drill_second_prefill(ch02_numbers(a=a, b=b)) == b + 9 - a
+        with pytest.raises(RuntimeError, match="must preempt B once, when A's 9th token"):
+            table._drill_second_prefill(ch02_numbers(a=a, b=24 + a))   # B would preempt itself
 
 
 def test_the_visible_drill_cell_names_the_drills_not_answered_yet():
@@ -157,7 +179,7 @@ def test_the_visible_drill_cell_names_the_drills_not_answered_yet():
         del ns[name]
     with pytest.raises(AssertionError, match=r"not answered yet: drill_2, drill_5 \(assign a whole number"):
         exec(NB.source("test_drills"), ns)
-    ns = {**solution(), "drill_1": 20.0}
+    ns = {**solution(), "drill_1": 97.0}
     with pytest.raises(AssertionError, match="drill_1 must be a whole number"):
         exec(NB.source("test_drills"), ns)
 

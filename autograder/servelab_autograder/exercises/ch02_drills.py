@@ -1,7 +1,13 @@
-"""Chapter 02's drills, three of them with numbers drawn per learner (``exercises.variants``); the notebook reaches
-them as ``_grade.drill_numbers()`` (``exercises.ch02``). Drills 1 and 4 are traces of fixed small runs (the shape
-table's A/B/C with one more block, and one preemption) that the learner reads step by step: their numbers stay the
-workbook's. A system prompt is no multiple of the block size (so a hit stops at the last whole block).
+"""Chapter 02's drills, with numbers drawn per learner (``exercises.variants``); the notebook reaches them as
+``_grade.drill_numbers()`` (``exercises.ch02``). Each range keeps the question's premise for every draw:
+
+- drill 1 scales "Why it matters"'s tight-memory run to blocks of ``bs`` (every length a multiple of the block, plus
+  one): the run keeps its shape, three preemptions, from 3 tokens a block up (at 2 a block a sequence finishes first);
+- drill 4's B (``b`` prompt tokens) takes the last free block before A's 9th token needs one, and needs no new one of
+  its own until then: ``25 + a <= b <= 32 + a``, and at most 39, so B can grow by its 10 tokens within 6 blocks of 8;
+- a system prompt is no multiple of the block size (so a hit stops at the last whole block).
+
+The grading table (``judge/checks/ch02.py``) recomputes each answer with nano-vllm's scheduler and checks the premise.
 """
 
 from __future__ import annotations
@@ -16,14 +22,24 @@ def _system(rng) -> dict:
     return {"system": system, "own_before": rng.randrange(5, 41), "own_now": rng.randrange(10, 101)}
 
 
-def _fixed(numbers: dict):
-    return lambda rng: dict(numbers)
+def _tight_block(rng) -> dict:
+    bs = rng.randrange(3, 33)
+    while bs == 4:                  # the run "Why it matters" prints
+        bs = rng.randrange(3, 33)
+    return {"bs": bs}
+
+
+def _two_requests(rng) -> dict:
+    a = rng.randrange(2, 8)
+    return {"a": a, "b": rng.randrange(25 + a, min(32 + a, 39) + 1)}
 
 
 DRILLS = (
-    variants.Variant("drill_1", {"blocks": 6}, _fixed({"blocks": 6}),
-                     "the same A/B/C requests and budget as the shape table, prefix caching off, but with {blocks} "
-                     "blocks of 4 instead of 5: how many tokens are prefilled in total, over all prefill steps?"),
+    variants.Variant("drill_1", {"bs": 8}, _tight_block,
+                     "the tight-memory run of \"Why it matters\" (tight_memory(bs): five prompts of 3bs, 1, bs + 1, "
+                     "2bs - 1 and bs tokens, each generating bs + 2; 5 blocks of bs tokens; a budget of 6 tokens a "
+                     "step; prefix caching off) with blocks of bs = {bs} tokens instead of 4: how many tokens are "
+                     "prefilled in total, over all prefill steps?"),
     variants.Variant("drill_2", {"system": 1000, "own_before": 24, "own_now": 50}, _system,
                      "a request whose prompt was a {system:,}-token system prompt followed by {own_before} other "
                      "tokens has finished; its blocks are freed but still hashed. A new request arrives: the same "
@@ -33,7 +49,7 @@ DRILLS = (
                      "three requests share one {prompt}-token prompt; block size 16, a large budget, plenty of blocks. "
                      "R1 and R2 arrive together and are admitted in the same step; R3 arrives one step later. How "
                      "many prompt tokens are prefilled for the three together?"),
-    variants.Variant("drill_4", {"a": 5, "b": 37}, _fixed({"a": 5, "b": 37}),
+    variants.Variant("drill_4", {"a": 5, "b": 37}, _two_requests,
                      "A (a {a}-token prompt, generating 16) is decoding when B (a {b}-token prompt, generating 10) "
                      "arrives one step later; 6 blocks of 8 tokens, a budget of 64, prefix caching off. When A's 9th "
                      "token needs a block and none is free, nano-vllm preempts B. How many tokens does B's second "

@@ -22,7 +22,7 @@ import random
 from servelab.analytic import costmodel, workloads
 from servelab.engine.driver import Engine, expected
 from servelab.schedulers.scheduler import BlockManager, SamplingParams, Scheduler, Sequence
-from servelab_autograder.exercises import ch02, common
+from servelab_autograder.exercises import ch02, common, variants
 from servelab_autograder.judge.verdicts import Chapter, Drill, Drills, Exercise, no_point, unless_right
 
 S = ch02.SPECS
@@ -132,10 +132,19 @@ def _seq(name, tokens, max_tokens):
     return Sequence(tokens, SamplingParams(max_tokens=max_tokens, ignore_eos=True), name=name)
 
 
-def _prefilled_abc(num_blocks: int) -> int:
-    sch = Scheduler(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=8, enable_prefix_caching=False)
-    reqs = [_seq(n, [ord(n) * 100 + j for j in range(L)], 4) for n, L in [("A", 6), ("B", 5), ("C", 3)]]
-    return sum(r.num_batched_tokens for r in Engine(sch).run(reqs) if r.is_prefill)
+def _tight_memory(bs: int) -> list[Sequence]:
+    """The notebook's tight_memory(bs): prompts of 3bs, 1, bs + 1, 2bs - 1 and bs tokens, each generating bs + 2."""
+    prompts = [list(range(i * 10000, i * 10000 + n)) for i, n in enumerate([3 * bs, 1, bs + 1, 2 * bs - 1, bs])]
+    return [_seq(str(i), p, bs + 2) for i, p in enumerate(prompts)]
+
+
+def _drill_tight_prefilled(n) -> int:
+    """Tokens prefilled over the tight-memory run at blocks of ``n.bs``: 5 blocks, a budget of 6, caching off."""
+    sch = Scheduler(num_blocks=5, block_size=n.bs, max_num_batched_tokens=6, enable_prefix_caching=False)
+    trace = Engine(sch).run(_tight_memory(n.bs))
+    if sum(len(r.preempted) for r in trace) != 3:
+        raise RuntimeError(f"the drill's run at blocks of {n.bs} must preempt three times, as at blocks of 4")
+    return sum(r.num_batched_tokens for r in trace if r.is_prefill)
 
 
 def _drill_cached_system_prompt(n) -> int:
@@ -152,15 +161,18 @@ def _drill_same_step(n) -> int:
     return sum(r.num_batched_tokens for r in trace if r.is_prefill)
 
 
-def _drill_second_prefill() -> int:
-    """Tokens of B's second prefill: A (5 tokens) decodes, B (37-token prompt) arrives a step later, 6 blocks of 8;
-    when A's ninth token needs a block, B, the tail of running, is preempted."""
+def _drill_second_prefill(n) -> int:
+    """Tokens of B's second prefill: A (``n.a`` tokens) decodes, B (``n.b``-token prompt) arrives a step later, 6
+    blocks of 8; when A's ninth token needs a block (step 10 - a: A's prefill, B's, then one token a step), B, the
+    tail of running, is preempted, once (no block is free before that step: B does not preempt itself)."""
     sch = Scheduler(num_blocks=6, block_size=8, max_num_batched_tokens=64, enable_prefix_caching=False)
-    trace = Engine(sch).run([_seq("A", list(range(5)), 16)], arrivals={1: [_seq("B", list(range(100, 137)), 10)]})
-    if [name for r in trace for name in r.preempted] != ["B"]:
-        raise RuntimeError("the drill's run must preempt B once")
-    step = next(r.step for r in trace if r.preempted)
-    return next(n for r in trace[step:] if r.is_prefill for name, n in r.scheduled if name == "B")
+    trace = Engine(sch).run([_seq("A", list(range(n.a)), 16)],
+                            arrivals={1: [_seq("B", list(range(100, 100 + n.b)), 10)]})
+    preempted = [(r.step, name) for r in trace for name in r.preempted]
+    if preempted != [(10 - n.a, "B")] or trace[9 - n.a].free_blocks != 0 or "A" not in dict(trace[10 - n.a].scheduled):
+        raise RuntimeError(f"the drill's run on {dict(n)} must preempt B once, when A's 9th token needs a block; "
+                           f"it preempted {preempted}")
+    return next(k for r in trace[10 - n.a:] if r.is_prefill for name, k in r.scheduled if name == "B")
 
 
 def _paged_workload() -> list[int]:
@@ -180,7 +192,7 @@ def _drill_paged_fit(block_size: int) -> int:
     return len(_paged_workload())
 
 
-V = {v.name: v for v in ch02.DRILLS}    # the drills' numbers: 2, 3 and 5 drawn per learner
+V = {v.name: v for v in ch02.DRILLS}    # the drills' numbers, drawn per learner
 
 CHAPTER = Chapter(
     assignment=ch02.ASSIGNMENT,
@@ -205,11 +217,12 @@ CHAPTER = Chapter(
                  random=lambda rng: [*_random("can_allocate", 60, caching=(True,))(rng), *_many("can_allocate")]),
     ),
     drills=Drills("test_drills", (
-        Drill("drill_1", "", variant=V["drill_1"], answer=lambda n: _prefilled_abc(n.blocks), points=no_point,
-              hints=lambda n: ((14, "C is preempted after it has generated tokens and is prefilled again, generated "
-                                    "tokens included: count that second prefill too."),
-                               (_prefilled_abc(5), "That is the run with 5 blocks; with a sixth block C keeps "
-                                                   "decoding one step longer before it is preempted."))),
+        Drill("drill_1", "", variant=V["drill_1"], answer=_drill_tight_prefilled, points=no_point,
+              hints=lambda n: unless_right(_drill_tight_prefilled(n), (
+                  (7 * n.bs + 1, "That is the prompt tokens alone: three sequences are preempted and prefilled "
+                                 "again, generated tokens included: count those second prefills too."),
+                  (_drill_tight_prefilled(variants.Numbers(bs=4)), "That is the run at blocks of 4 tokens; the "
+                                                                  "drill scales every length with the block.")))),
         Drill("drill_2", "", variant=V["drill_2"], answer=_drill_cached_system_prompt, points=no_point,
               hints=lambda n: ((n.system, "Hits are whole blocks: the block holding the system prompt's last tokens "
                                           "mixes them with the request's own, so it is not a hit."),)),
@@ -221,8 +234,9 @@ CHAPTER = Chapter(
                   (3 * n.prompt, "R3 arrives after R1's and R2's blocks were hashed: its full blocks hit."),
                   (2 * n.prompt, "R3 still computes its last (partial) block: hits are whole blocks and never the "
                                  "last.")))),
-        Drill("drill_4", "", variant=V["drill_4"], answer=lambda n: _drill_second_prefill(), points=no_point,
-              hints=lambda n: ((n.b, "B had generated tokens before it was preempted: recompute covers them too."),)),
+        Drill("drill_4", "", variant=V["drill_4"], answer=_drill_second_prefill, points=no_point,
+              hints=lambda n: ((n.b, "B had generated tokens before it was preempted: recompute covers them too."),
+                               (n.b + 8 - n.a, "B's prefill step sampled a token too: recompute covers it."))),
         Drill("drill_5", "", variant=V["drill_5"], answer=lambda n: _drill_paged_fit(n.block), points=no_point,
               hints=lambda n: ((_drill_paged_fit(16), "That is at blocks of 16 tokens; the drill asks for other "
                                                       "blocks."),
