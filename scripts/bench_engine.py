@@ -29,6 +29,9 @@ import torch
 from servelab.engine import llm as L
 from servelab.engine import model as sm
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 MARK = L.BENCH_MARK
 
@@ -87,8 +90,8 @@ def main(argv=None) -> int:
         section = [MARK, "", "## The engine on the CPU at tiny size (`scripts/bench_engine.py`)", "",
                    f"- date: {when}; {head}", "", *lines, ""]
         old = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else ""
-        keep = old.split(MARK)[0].rstrip("\n")
-        RESULTS.write_text((keep + "\n\n" if keep else "") + "\n".join(section), encoding="utf-8")
+        # its own section only: the sections after it (the simulator's profile, the test durations) stay
+        RESULTS.write_text(results_md.record(old, "\n".join(section), MARK), encoding="utf-8")
         print(f"wrote {RESULTS}")
     return 0 if agree else 1
 

@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
-# any section marker of the scripts that write bench/results.md
-SECTION_MARK = re.compile(r"^<!-- [\w.-]+: scripts/[\w./-]+ -->$", re.M)
+# any section marker: a script's (`<!-- name: scripts/x.py -->`) or a hand-written section's (`<!-- simulator
+# profile: by hand -->`): a section runs to the next one, so none of them is swallowed by the one before
+SECTION_MARK = re.compile(r"^<!-- [\w. -]+: [\w./ -]+ -->$", re.M)
 
 
 def shown(path) -> str:

@@ -124,6 +124,31 @@ def test_prepare_decode_writes_the_last_token_at_its_own_slot():
     assert b.positions.tolist() == [8] and b.slot_mapping.tolist() == [4] and b.context_lens.tolist() == [9]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_runners_batched_attention_is_the_reference_without_its_loop(seed):
+    """paged_attention_batched (the runner's default) stores and reads exactly as paged_attention does, row for
+    row, on a prefill step of chunks after cached prefixes and on a decode step: GQA, blocks out of order."""
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    block_size, heads, kv, d = 4, 4, 2, 8
+    seqs = []
+    for _ in range(4):
+        s = sched.Sequence(list(range(rng.randint(3, 20))), sched.SamplingParams(max_tokens=4), block_size=block_size)
+        s.block_table = rng.sample(range(40), -(-len(s) // block_size))
+        s.num_cached_tokens = rng.randrange(0, len(s)) // block_size * block_size
+        s.num_scheduled_tokens = rng.randint(1, len(s) - s.num_cached_tokens)
+        seqs.append(s)
+    for batch in (L.prepare_prefill(seqs, block_size), L.prepare_decode(seqs, block_size)):
+        n = len(batch.input_ids)
+        q, k, v = (torch.randn(n, h, d, generator=gen) for h in (heads, kv, kv))
+        cache = torch.randn(2, 40, block_size, kv, d, generator=gen)
+        mine, theirs = cache.clone(), cache.clone()
+        got = L.paged_attention_batched(q, k, v, mine, batch)
+        want = L.paged_attention(q, k, v, theirs, batch)
+        assert torch.equal(mine, theirs)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert L.ModelRunner.paged_attention is L.paged_attention_batched
+
+
 def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
     """A chapter plugs the learner's prepare_prefill / prepare_decode / paged_attention into the runner."""
     calls = []
@@ -136,7 +161,7 @@ def test_the_runner_uses_the_pieces_a_notebook_swaps_in(tiny):
 
     engine = L.LLM(tiny, block_size=4, num_blocks=32, max_num_batched_tokens=16)
     for name in ("prepare_prefill", "prepare_decode", "paged_attention"):
-        setattr(engine.runner, name, spy(name, getattr(L, name)))
+        setattr(engine.runner, name, spy(name, getattr(L.ModelRunner, name)))
     out = engine.generate([[1, 2, 3, 4, 5]], L.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
     assert out[0]["token_ids"] == _alone(tiny, [1, 2, 3, 4, 5], 3)[0]
     step = lambda prepare: [prepare] + ["paged_attention"] * tiny.config.num_layers  # noqa: E731

@@ -293,3 +293,14 @@ def test_record_puts_the_section_at_the_end_of_a_file_without_sections():
     assert ours.record("# head\n\n", ours.MARK + "\nx") == "# head\n\n" + ours.MARK + "\nx\n"
     old = "# head\n\n" + ours.MARK + "\nold\n"
     assert ours.record(old, ours.MARK + "\nnew") == "# head\n\n" + ours.MARK + "\nnew\n"
+
+
+def test_a_rewritten_section_keeps_the_hand_written_sections_after_it():
+    """The engine bench's section is followed by sections written by hand (the simulator's profile) and by
+    scripts/test_durations.py: rewriting it replaces it alone."""
+    engine = _script("bench_engine")
+    hand = "<!-- simulator profile: by hand -->\n\n## profiled\n"
+    durations = "<!-- test durations: scripts/test_durations.py -->\n## durations\n<!-- end test durations -->\n"
+    old = "# head\n\n" + llm.BENCH_MARK + "\n\nold\n\n" + hand + "\n" + durations
+    new = engine.results_md.record(old, llm.BENCH_MARK + "\n\nnew\n", llm.BENCH_MARK)
+    assert new == "# head\n\n" + llm.BENCH_MARK + "\n\nnew\n\n" + hand + "\n" + durations

@@ -15,6 +15,7 @@ docs/engine.md.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -126,14 +127,40 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
     return out
 
 
+def paged_attention_batched(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                            batch: Batch) -> torch.Tensor:
+    """`paged_attention` for every row at once, what the runner uses by default: the same store, then each row
+    gathers its sequence's context through the block table, padded to the longest, and masks the keys after its
+    own position (the padding lies after every position). One set of tensor operations a layer instead of a
+    loop over sequences: on the CPU the loop's small operations, not arithmetic, were most of a step."""
+    block_size = kv_cache.shape[2]
+    flat = kv_cache.view(2, -1, *k.shape[1:])   # [2, num_blocks * block_size, kv_heads, head_dim]
+    flat[0, batch.slot_mapping] = k
+    flat[1, batch.slot_mapping] = v
+    p = torch.arange(int(batch.context_lens.max()), device=q.device)
+    slots = batch.block_tables.clamp(min=0)[:, p // block_size] * block_size + p % block_size   # [b, width]
+    rows = torch.repeat_interleave(torch.arange(len(batch.context_lens), device=q.device),
+                                   batch.cu_seqlens_q[1:] - batch.cu_seqlens_q[:-1])        # row -> sequence
+    keys, values = flat[0, slots[rows]].float(), flat[1, slots[rows]].float()             # [n, width, kv, d]
+    n, heads, d = q.shape
+    kv = keys.shape[2]
+    grouped = q.float().view(n, kv, heads // kv, d)       # query head h reads KV head h // (heads / kv)
+    scores = torch.einsum("nkgd,nwkd->nkgw", grouped, keys) / math.sqrt(d)
+    allowed = p[None, :] <= batch.positions[:, None]     # [n, width]: causal, and no padding
+    scores = scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
+    out = torch.einsum("nkgw,nwkd->nkgd", scores.softmax(-1), values)
+    return out.reshape(n, heads, d).to(q.dtype)
+
+
 class ModelRunner:
     """Owns the model and the paged KV cache; `run(seqs, is_prefill)` returns one token per sequence.
 
-    Its three pieces are attributes, so a notebook can swap in its own: `runner.prepare_prefill = mine`."""
+    Its three pieces are attributes, so a notebook can swap in its own: `runner.prepare_prefill = mine`. The
+    attention is `paged_attention_batched`, the reference's arithmetic without its loop over sequences."""
 
     prepare_prefill = staticmethod(prepare_prefill)
     prepare_decode = staticmethod(prepare_decode)
-    paged_attention = staticmethod(paged_attention)
+    paged_attention = staticmethod(paged_attention_batched)
 
     def __init__(self, model: Model, block_size: int, num_blocks: int, attention: str = "torch"):
         if attention not in ("torch", "triton"):
@@ -392,6 +419,7 @@ def serve(engine: LLM, requests: list[tuple[int, list[int], SamplingParams]]) ->
 
 BENCH_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.md"
 BENCH_MARK = "<!-- engine: scripts/bench_engine.py -->"   # where `make bench` writes the engine's section
+HF_BENCH_MARK = "<!-- engine-vs-transformers: scripts/bench_hf.py -->"   # and the engine against transformers
 
 
 def recorded_speed(path: Path = BENCH_RESULTS) -> str:
@@ -400,7 +428,7 @@ def recorded_speed(path: Path = BENCH_RESULTS) -> str:
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     if BENCH_MARK not in text:
         return f"No engine figures are recorded in {path.name} yet: run `make bench`."
-    section = text.split(BENCH_MARK, 1)[1]
+    section = text.split(BENCH_MARK, 1)[1].split("\n<!-- ", 1)[0]    # up to the next script's section
     date = re.search(r"^- date: ([^;\n]*)", section, re.M)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| way")]
@@ -408,3 +436,13 @@ def recorded_speed(path: Path = BENCH_RESULTS) -> str:
     table += [f"| {r[0]} | {r[1]} | {r[-1]} |" for r in rows if len(r) >= 3]
     return (f"Recorded by `make bench` ({date.group(1) if date else 'undated'}):\n\n" if date or rows else "") + \
         "\n".join(table)
+
+
+def recorded_vs_transformers(path: Path = BENCH_RESULTS) -> str:
+    """The engine against transformers' `generate()` on the trained model, as `make bench` last recorded it
+    (scripts/bench_hf.py's section of bench/results.md, its heading left out), or a line saying none is."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if HF_BENCH_MARK not in text:
+        return f"No engine-vs-transformers figures are recorded in {path.name} yet: run `make bench`."
+    section = text.split(HF_BENCH_MARK, 1)[1].split("\n<!-- ", 1)[0]
+    return "\n".join(line for line in section.strip("\n").splitlines() if not line.startswith("#")).strip("\n")
