@@ -12,7 +12,7 @@ SUBMISSIONS ?= autograder/submitted
 GRADE_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup lab lab-instructor check test release release-if-stale solutions autograde lint bench browser-deps \
+.PHONY: setup lab lab-instructor check test release release-if-stale model solutions autograde lint bench browser-deps \
         sandbox-deps clean mutants similarity hub hub-deps hub-roster hub-release hub-collect hub-feedback hub-autograde \
         hub-similarity hub-backup hub-restore
 
@@ -86,6 +86,11 @@ test: setup browser-deps sandbox-deps $(HUB_TEST_DEPS)
 	@mkdir -p bench/out
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --junitxml=bench/out/pytest.xml $(PYTEST_ARGS)
 	@$(BIN)/python scripts/test_durations.py --top 8
+
+# Retrain the capstone's tiny model (lib/servelab/engine/checkpoints/tiny) from data/tiny_corpus.txt: about 8
+# minutes on 2 cores, bitwise the same weights on one machine and thread count
+model: setup
+	$(BIN)/python scripts/train_tiny_model.py
 
 solutions: setup
 	$(BIN)/python -m servelab_autograder.course.execute solutions/*/*.ipynb
@@ -163,6 +168,7 @@ lint: setup
 bench: setup
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_engine.py --write
+	$(BIN)/python scripts/bench_hf.py --write
 	$(BIN)/python scripts/bench_vllm_scheduler.py --write
 	$(BIN)/python scripts/bench_simulator.py -n 20000
 	$(BIN)/python scripts/bench_simulator.py --million

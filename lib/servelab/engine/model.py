@@ -30,6 +30,9 @@ from torch import nn
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 
+# the capstone's model, trained by `make model` (scripts/train_tiny_model.py) and shipped with the package
+TINY_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "tiny"
+
 # Attention as the model sees it: (layer, q [n, heads, d], k [n, kv_heads, d], v [n, kv_heads, d]) -> [n, heads, d]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -294,16 +297,17 @@ def generate_alone(model: Model, prompt: list[int], max_tokens: int) -> list[int
     if not prompt:
         raise ValueError("the prompt is empty")
     cache = ContiguousCache(model.config.num_layers)
+    device = next(model.parameters()).device      # the CPU, or the GPU a checkpoint was moved to
     ids, out = list(prompt), []
-    step = torch.tensor(ids)
+    step = torch.tensor(ids, device=device)
     for _ in range(max_tokens):
-        positions = torch.arange(cache.length, cache.length + len(step))
+        positions = torch.arange(cache.length, cache.length + len(step), device=device)
         hidden = model(step, positions, cache.attend)
         token = int(model.logits(hidden[-1:]).argmax(-1))
         out.append(token)
         if token in model.config.eos_token_id:
             break
-        step = torch.tensor([token])
+        step = torch.tensor([token], device=device)
     return out
 
 
