@@ -13,12 +13,11 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
-import functools
 import random
 import textwrap
 
 import matplotlib
-from grading_harness import Notebook, Proof
+from grading_harness import Notebook, Proof, python_source
 
 matplotlib.use("Agg")
 
@@ -38,12 +37,6 @@ P = Proof(A, NB)
 PITFALLS, PATCHES = P.pitfalls, P.patches
 solution, grade, failing = P.solution, P.grade, P.failing
 SEEDS = (0, 20261201)
-
-
-@functools.cache
-def notebook_namespace() -> dict:
-    """Every code cell of the solution notebook but the test cells, run in order (as the kernel would)."""
-    return NB.namespace()
 
 
 def test_the_table_grades_every_test_cell_and_names_real_cells():
@@ -155,12 +148,31 @@ def test_the_drills_name_a_known_wrong_answer():
     assert "grows by one token a step" in grade(ns, cells=["test_drills"])["test_drills"].message
 
 
-def test_the_notebook_engine_is_the_one_the_cases_record():
-    ns = notebook_namespace()
-    assert ns["ENGINE"] == ch07.ENGINE
-    assert ns["REQUESTS"] == ch07.requests(0)
-    mine, theirs = ns["MODEL"].state_dict(), ch07.model().state_dict()
-    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+def test_the_notebook_serves_the_trained_model_on_text_and_grades_on_the_small_random_one():
+    """The notebook's demos serve the shipped checkpoint (`make model`) on text prompts, through the same loading
+    path a real checkpoint takes; the grading cases record the scheduler's states on the small random model's
+    token workload (cheap, and the states a scheduler reaches do not depend on the weights)."""
+    from servelab.engine.model import TINY_CHECKPOINT, load_checkpoint
+    from servelab.engine.prompts import text_requests
+
+    ns: dict = {}
+    source = next(src for meta, src in NB.code_cells() if meta.get("grade_id") == "setup_1")
+    exec(compile(python_source(source), "<setup_1>", "exec"), ns)
+    assert ns["CHECKPOINT"] == TINY_CHECKPOINT
+    mine, shipped = ns["MODEL"].state_dict(), load_checkpoint(TINY_CHECKPOINT).state_dict()
+    assert mine.keys() == shipped.keys() and all(torch.equal(mine[k], shipped[k]) for k in mine)
+    texts = text_requests(10, seed=0)
+    assert [(a, ns["TOKENIZER"].decode(p), sp.max_tokens) for a, p, sp in ns["REQUESTS"]] == texts
+    assert all(sp.temperature == 0 and sp.ignore_eos for _, _, sp in ns["REQUESTS"])
+    # the grading side's workload stays the small random model's
+    assert ch07.model().config.vocab_size == 128 and ch07.requests(0)[0][1] != ns["REQUESTS"][0][1]
+
+
+def test_the_notebook_shows_the_recorded_engine_against_transformers(tmp_path):
+    assert llm.BENCH_RESULTS == ROOT / "bench" / "results.md"      # the repository's record, not a path beside lib/
+    assert "run `make bench`" in llm.recorded_vs_transformers(tmp_path / "results.md")
+    shown = llm.recorded_vs_transformers()
+    assert "| engine: continuous batching" in shown and "- date: " in shown and not shown.startswith("#")
 
 
 def test_the_recorded_speed_reads_the_engine_section_of_the_bench_results(tmp_path):

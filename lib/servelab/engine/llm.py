@@ -417,7 +417,7 @@ def serve(engine: LLM, requests: list[tuple[int, list[int], SamplingParams]]) ->
     return [seqs[i].completion_token_ids for i in range(len(requests))]
 
 
-BENCH_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.md"
+BENCH_RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results.md"   # lib/servelab/engine/ -> the repository
 BENCH_MARK = "<!-- engine: scripts/bench_engine.py -->"   # where `make bench` writes the engine's section
 HF_BENCH_MARK = "<!-- engine-vs-transformers: scripts/bench_hf.py -->"   # and the engine against transformers
 

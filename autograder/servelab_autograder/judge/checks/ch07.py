@@ -127,7 +127,7 @@ CHAPTER = Chapter(
     assignment=ch07.ASSIGNMENT,
     prelude=("import torch\n\nfrom servelab.engine.llm import Batch, block_tables\n"
              "from servelab.engine.model import causal_attention\n"),
-    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7"),
+    demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_6", "setup_7", "setup_8"),
     setup=("setup_drills",),
     references=(
         "servelab.engine.llm:prepare_prefill", "servelab.engine.llm:prepare_decode",
