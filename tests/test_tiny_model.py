@@ -7,8 +7,9 @@ tokenizer), loaded in float32 by both sides. Proved here, against transformers a
 - the engine's logits equal transformers' within LOGIT_ATOL on whole prompts;
 - greedy decoding gives transformers' `generate()` tokens (one prompt at a time, no padding, never stopping at
   eos: the engine's `ignore_eos`) for a `prompts.text_requests` workload under each engine setting: many requests
-  batched, chunked prefill, prefix-cache hits on the shared system prompt, preemption, the radix cache and
-  asynchronous scheduling - each setting's test also checks that the setting really happened;
+  batched, chunked prefill, prefix-cache hits on the shared system prompt, preemption, the radix cache,
+  asynchronous scheduling, speculative decoding and chapter 06's Triton kernels - each setting's test also checks
+  that the setting really happened;
 - sampling with a seed is reproducible, and another seed samples otherwise;
 - scripts/bench_hf.py's functions on 4 requests (no timing is asserted).
 A reference step whose top-2 logit gap is below NEAR_TIE is decided by float rounding, not by the model: a
@@ -200,6 +201,27 @@ def test_async_scheduling_greedy_equals_transformers(ours, folder, requests, ref
     got = L.serve(engine, [(a, p, sp) for (a, p, _), sp in zip(requests, _params(requests))])
     assert engine.async_scheduling and engine.in_flight is None
     _same_as_reference(got, reference, "async scheduling")
+
+
+def test_speculative_decoding_greedy_equals_transformers(ours, folder, requests, reference):
+    engine = _engine(ours, folder, num_speculative_tokens=3)
+    got = [o["token_ids"] for o in engine.generate([p for _, p, _ in requests], _params(requests))]
+    decodes = sum(kind == "decode" for kind, _, _ in engine.steps)
+    # one token a decode step would take at least the longest request's count less its prefill's token
+    assert decodes < max(len(t) for t, _ in reference) - 1, "no draft was ever accepted"
+    _same_as_reference(got, reference, "speculative decoding")
+
+
+def test_the_triton_kernels_serve_transformers_tokens(ours, folder, requests, reference):
+    """Chapter 06's kernels in the engine (Triton's interpreter here, compiled on a GPU), on two requests: the
+    interpreter is for correctness, and slow."""
+    short = [(p, min(n, 6)) for _, p, n in requests[:2]]
+    engine = _engine(ours, folder, block_size=16, attention="triton")
+    got = [o["token_ids"] for o in engine.generate([p for p, _ in short],
+                                                   [L.SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+                                                    for _, n in short])]
+    for tokens, (want, tie), (_, n) in zip(got, reference[:2], short):
+        assert tokens[:tie][:n] == want[:tie][:n]
 
 
 def test_seeded_sampling_is_reproducible(ours, folder, requests):
