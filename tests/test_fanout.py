@@ -1,5 +1,5 @@
 """runner.fanout's plain parts, in-process: what a Dask worker is given of the gradebook, and how the
-head takes a worker's notebook in. tests/test_autograde.py grades on a real two-worker LocalCluster."""
+head takes a worker's notebook in. tests/test_hub.py grades a course on a real two-worker LocalCluster."""
 
 from __future__ import annotations
 
