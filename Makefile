@@ -170,8 +170,8 @@ bench: setup
 	$(BIN)/python scripts/bench_engine.py --write
 	$(BIN)/python scripts/bench_hf.py --write
 	$(BIN)/python scripts/bench_vllm_scheduler.py --write
-	$(BIN)/python scripts/bench_simulator.py -n 20000
-	$(BIN)/python scripts/bench_simulator.py --million
+	$(BIN)/python scripts/bench_simulator.py -n 20000 --write
+	$(BIN)/python scripts/bench_simulator.py --million --write
 	$(BIN)/python scripts/bench_peers.py --write $(if $(NANO_VLLM),--nano-vllm $(NANO_VLLM))
 
 clean:

@@ -4,6 +4,7 @@
     python scripts/bench_simulator.py -n 20000 --rate 40
     python scripts/bench_simulator.py --one-core      # pin the process to one CPU first (Linux)
     python scripts/bench_simulator.py --million       # the goals: 1,000,000 requests, mixed-budget and prefill-first
+    python scripts/bench_simulator.py --write         # either, and record what it printed in bench/results.md
 
 The workload is Llama-3-8B on one H100 SXM, prompts and outputs log-normal (medians 512 and 128 tokens,
 clipped at 8192 and 2048), arriving at `--rate` requests per second. For each policy the script prints
@@ -29,11 +30,15 @@ the per-token gap metrics take 8 bytes per generated token (~1.7 GB).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
+import io
 import os
 import platform
 import resource
 import sys
 import time
+from pathlib import Path
 
 from servelab.analytic.costmodel import H100_SXM, LLAMA3_8B, max_backlog_tokens, max_prefill_chunk, step_time
 from servelab.analytic.fairness import token_weights
@@ -54,6 +59,13 @@ from servelab.simulator import (
     simulate,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_md  # noqa: E402
+
+RESULTS = results_md.RESULTS
+# one section per kind of run (`make bench` makes both): the policies' rates, and the million-request goals
+MARKS = {False: "<!-- simulator: scripts/bench_simulator.py -->",
+         True: "<!-- simulator-million: scripts/bench_simulator.py --million -->"}
 MILLION_CPU_S, MILLION_RSS_BYTES = 60.0, 2e9      # the goal: 1M mixed-budget requests in 60 CPU s and 2 GB
 PREFILL_FIRST_REQ_PER_S = 50_000                  # prefill-first's goals: 50k requests per CPU second (100k of them)
 PREFILL_FIRST_MILLION_CPU_S = 30.0                # ... and 1M requests in 30 CPU s
@@ -105,7 +117,34 @@ def _million(requests: Requests) -> None:
           f"{_met(cpu < PREFILL_FIRST_MILLION_CPU_S)}")
 
 
-def main() -> None:
+class _Tee(io.StringIO):
+    """What the run prints, kept as well as shown."""
+
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def write(self, text):
+        self.out.write(text)
+        return super().write(text)
+
+
+def record(printed: str, million: bool, path: Path | None = None) -> None:
+    """Put what one run printed into bench/results.md as its own section (the other sections stay)."""
+    path = path or RESULTS
+    mark = MARKS[million]
+    title = ("The simulator's goals on one core" if million
+             else "The simulator's policies, requests per CPU second")
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = "\n".join([mark, "", f"## {title} (`scripts/bench_simulator.py{' --million' if million else ''}`)", "",
+                          f"- date: {when}", "", "```", printed.rstrip("\n"), "```", ""])
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    path.write_text(results_md.record(old, section, mark), encoding="utf-8")
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--requests", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=30.0, help="arrivals per second (default 30)")
@@ -114,12 +153,22 @@ def main() -> None:
     parser.add_argument("--million", action="store_true",
                         help="the goals: 1,000,000 requests (unless -n says otherwise) on one core, through "
                              "MixedBudget() (CPU time and peak RSS against 60 s and 2 GB) and PrefillFirst() (30 s)")
-    args = parser.parse_args()
+    parser.add_argument("--write", action="store_true", help=f"record what is printed in {RESULTS.name}")
+    args = parser.parse_args(argv)
     if args.million:
         args.one_core = True
-        if "-n" not in sys.argv[1:] and not any(a.startswith("--requests") for a in sys.argv[1:]):
+        if "-n" not in argv and not any(a.startswith("--requests") for a in argv):
             args.requests = 1_000_000
+    if not args.write:
+        run(args)
+        return
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        run(args)
+    record(tee.getvalue(), args.million)
 
+
+def run(args: argparse.Namespace) -> None:
     if args.one_core and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

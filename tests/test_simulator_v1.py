@@ -304,3 +304,22 @@ def test_a_rewritten_section_keeps_the_hand_written_sections_after_it():
     old = "# head\n\n" + llm.BENCH_MARK + "\n\nold\n\n" + hand + "\n" + durations
     new = engine.results_md.record(old, llm.BENCH_MARK + "\n\nnew\n", llm.BENCH_MARK)
     assert new == "# head\n\n" + llm.BENCH_MARK + "\n\nnew\n\n" + hand + "\n" + durations
+
+
+def test_the_simulator_bench_records_what_it_printed(tmp_path, monkeypatch, capsys):
+    """`make bench` records both simulator runs (the policies' rates, the million-request goals) as sections of
+    their own, and the sections after them stay."""
+    sim = _script("bench_simulator")
+    path = tmp_path / "results.md"
+    hand = "<!-- simulator profile: by hand -->\n\n## profiled\n"
+    path.write_text("# head\n\n" + hand)
+    monkeypatch.setattr(sim, "RESULTS", path)
+    sim.main(["-n", "300", "--write"])
+    sim.main(["-n", "300", "--million", "--write"])
+    printed = capsys.readouterr().out
+    text = path.read_text()
+    assert max(text.index(sim.MARKS[False]), text.index(sim.MARKS[True])) < text.index(hand)
+    rates, goals = (text.split(sim.MARKS[m])[1].split("<!-- ")[0] for m in (False, True))
+    assert "goal prefill-first >= 50,000" in rates and "prefill-first" in rates
+    assert "goal 300 prefill-first requests under 30 CPU s" in goals and "token-fair" not in goals
+    assert "token-fair, 4 tenants" in printed and text.count("<!-- simulator") == 3
