@@ -203,10 +203,17 @@ def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
         from servelab.engine.model import causal_attention
         s = scheduler.Sequence([1, 2, 3], block_size=4)
         s.block_table, s.num_scheduled_tokens = [0], 3
+        t = lambda *x: torch.tensor(x)  # noqa: E731 - one decode row at position 2 of block 0, built by hand
+        batch = llm.Batch(t(3), t(2), t(2), t(0, 1), t(0, 3), t(3), t([0]), False, last_rows=t(0))
+        attention_args = (torch.ones(1, 1, 2), torch.ones(1, 1, 2), torch.ones(1, 1, 2), torch.zeros(2, 1, 4, 1, 2),
+                          batch)
         out = {}
         for name, call in {"prepare_prefill": lambda: llm.prepare_prefill([s], 4),
                            "runner": lambda: llm.ModelRunner.prepare_prefill([s], 4),
                            "gather_kv": lambda: reference.gather_kv(torch.zeros(1, 4, 1, 2), torch.tensor([0]), 3),
+                           # the runner's own attention (the reference's arithmetic for every row at once) too
+                           "batched": lambda: llm.paged_attention_batched(*attention_args).tolist(),
+                           "runner_attention": lambda: llm.ModelRunner.paged_attention(*attention_args).tolist(),
                            "block_tables": lambda: llm.block_tables([s]).tolist(),
                            "causal": lambda: causal_attention(torch.ones(1, 1, 2), torch.ones(1, 1, 2),
                                                               torch.ones(1, 1, 2)).tolist()}.items():
@@ -221,7 +228,7 @@ def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
     import json
 
     got = json.loads(done.stdout)
-    for name in ("prepare_prefill", "runner", "gather_kv"):
+    for name in ("prepare_prefill", "runner", "gather_kv", "batched", "runner_attention"):
         assert "not available while grading" in got[name], (name, got[name])
     assert got["block_tables"] == [[0]] and got["causal"] == [[[1.0, 1.0]]]
 

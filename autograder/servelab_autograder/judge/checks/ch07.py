@@ -131,7 +131,7 @@ CHAPTER = Chapter(
     setup=("setup_drills",),
     references=(
         "servelab.engine.llm:prepare_prefill", "servelab.engine.llm:prepare_decode",
-        "servelab.engine.llm:paged_attention",
+        "servelab.engine.llm:paged_attention", "servelab.engine.llm:paged_attention_batched",
         "servelab.kernels.reference:ref_store_kvcache", "servelab.kernels.reference:ref_paged_decode",
         "servelab.kernels.reference:ref_prefill_attention", "servelab.kernels.reference:attention_f64",
         "servelab.kernels.reference:gather_kv", "servelab.kernels.store:store_kvcache",
