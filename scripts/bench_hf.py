@@ -36,7 +36,7 @@ import torch
 
 from servelab.engine import llm as L
 from servelab.engine.model import TINY_CHECKPOINT
-from servelab.engine.prompts import SYSTEM_PROMPT, text_requests
+from servelab.engine.prompts import BENCH_BATCH, BENCH_WORKLOAD, SYSTEM_PROMPT, text_requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_md  # noqa: E402
@@ -44,7 +44,8 @@ import results_md  # noqa: E402
 RESULTS = results_md.RESULTS
 # a section marker scripts/results_md.py recognises (a word, no spaces), so bench.py and the others keep it
 MARK = L.HF_BENCH_MARK
-NUM_REQUESTS, SEED, MIN_TOKENS, MAX_TOKENS, BATCH = 64, 0, 16, 96, 16
+W = BENCH_WORKLOAD      # chapter 07 states these: servelab.claims.engine holds it to them
+NUM_REQUESTS, SEED, MIN_TOKENS, MAX_TOKENS, BATCH = W["n"], W["seed"], W["min_tokens"], W["max_tokens"], BENCH_BATCH
 
 
 def workload(n: int = NUM_REQUESTS, seed: int = SEED, min_tokens: int = MIN_TOKENS,

@@ -7,11 +7,11 @@ queueing limit, a ratio of two prices), the reason why. tests/test_claims.py rec
 states anything else, and fails when its point cannot run (`servelab.analytic.serving.check`).
 
 To register a chapter's numbers: write a function `chNN() -> list[Claim]` in the module of its chapter family
-(`batching` for 01-03, `prefix` 04-05, `kernels` 06, `kv` 08, `capacity` 09, `asynchronous` 10, `spec` 11, `queueing`
-12, `fairness` 13, `disaggregation` 14, `routing` 15, `parallelism` 16, `moe_mla` 17; `core` holds `Claim` and the
-shared points) that computes them with the same library calls the notebook makes, and add it to `CHAPTERS` under the
-chapter's assignment name. A number chosen to reproduce a figure from elsewhere is still a claim: its cell must say so
-in words.
+(`batching` for 01-03, `prefix` 04-05, `kernels` 06, `engine` 07, `kv` 08, `capacity` 09, `asynchronous` 10, `spec`
+11, `queueing` 12, `fairness` 13, `disaggregation` 14, `routing` 15, `parallelism` 16, `moe_mla` 17; `core` holds
+`Claim` and the shared points) that computes them with the same library calls the notebook makes, and add it to
+`CHAPTERS` under the chapter's assignment name. A number chosen to reproduce a figure from elsewhere is still a claim:
+its cell must say so in words.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from servelab.claims import (
     batching,
     capacity,
     disaggregation,  # chapter 14
+    engine,  # chapter 07
     fairness,
     kernels,
     kv,
@@ -45,6 +46,7 @@ CHAPTERS: dict[str, Callable[[], list[Claim]]] = {
     "ch04_radix_cache": prefix.ch04,
     "ch05_lock_ref_eviction": prefix.ch05,
     "ch06_triton_paged_attention": kernels.ch06,
+    "ch07_mini_engine": engine.ch07,
     "ch08_preemption_and_kv_tiers": kv.ch08,
     "ch09_capacity_and_concurrency": capacity.ch09,
     "ch10_async_scheduling": asynchronous.ch10,

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 import random
 
+# chapter 07's engine on these prompts: 24 blocks of 4 token slots (too few for four requests at once: the scheduler
+# preempts), at most 16 tokens a step (long prompts are chunked), at most 4 sequences a step
+CHAPTER_ENGINE = dict(block_size=4, num_blocks=24, max_num_batched_tokens=16, max_num_seqs=4)
+# `make bench`'s workload against transformers (scripts/bench_hf.py), and the size of transformers' static batches
+# (the engine holds as many sequences at most)
+BENCH_WORKLOAD = dict(n=64, seed=0, min_tokens=16, max_tokens=96)
+BENCH_BATCH = 16
+
 SYSTEM_PROMPT = ("You are a tutor for a course on serving large language models. Answer in the course's words: "
                  "blocks, the scheduler, the KV cache, prefill and decode. ")
 
