@@ -17,6 +17,7 @@ import numpy as np
 from servelab.analytic import costmodel, disaggregation
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.simulator.arrivals import Requests, _is_int
+from servelab.simulator.decode_pool import decode_pool
 
 __all__ = ["SplitResult", "simulate_split"]
 
@@ -57,46 +58,6 @@ def _prefill_pool(requests: Requests, model, gpu, pg, gpus, link_bandwidth, laye
     return land
 
 
-def _decode_gpu(land, prompt, output, model, gpu, overhead_s):
-    """One decode GPU's steps over the requests it receives: (finish times, peak KV tokens, mean running)."""
-    order = np.argsort(land, kind="stable")
-    finish = np.empty(land.size)
-    ctx = np.empty(0, dtype=np.int64)
-    left = np.empty(0, dtype=np.int64)
-    who = np.empty(0, dtype=np.int64)
-    now, k, peak, busy, weighted = 0.0, 0, 0, 0.0, 0.0
-    while k < order.size or who.size:
-        if not who.size and land[order[k]] > now:
-            now = land[order[k]]
-        j = k
-        while j < order.size and land[order[j]] <= now:
-            j += 1
-        new = order[k:j]
-        k = j
-        done_now = new[output[new] <= 1]
-        finish[done_now] = land[done_now]
-        new = new[output[new] > 1]
-        ctx = np.concatenate([ctx, prompt[new]])
-        left = np.concatenate([left, output[new] - 1])
-        who = np.concatenate([who, new])
-        if not who.size:
-            continue
-        b, total = who.size, int(ctx.sum())
-        step = costmodel.roofline_s(model, gpu, b, b, total + b, total) + overhead_s
-        peak = max(peak, total + b)
-        busy += step
-        weighted += step * b
-        now += step
-        ctx += 1
-        left -= 1
-        gone = left == 0
-        if gone.any():
-            finish[who[gone]] = now
-            keep = ~gone
-            ctx, left, who = ctx[keep], left[keep], who[keep]
-    return finish, peak, (weighted / busy if busy else 0.0)
-
-
 def simulate_split(requests: Requests, model: ModelSpec, gpu: GPUSpec, *, prefill_gpus: int, decode_gpus: int,
                    link_bandwidth: float, layerwise: bool = True, seed: int = 0,
                    overhead_s: float = DEFAULT_STEP_OVERHEAD_S) -> SplitResult:
@@ -126,8 +87,9 @@ def simulate_split(requests: Requests, model: ModelSpec, gpu: GPUSpec, *, prefil
     for g in range(decode_gpus):
         mine = np.flatnonzero(dg == g)
         if mine.size:
-            f, peak[g], running[g] = _decode_gpu(land[mine], requests.prompt_len[mine], requests.output_len[mine],
-                                                 model, gpu, overhead_s)
+            f, peak[g], running[g] = decode_pool(
+                land[mine], requests.prompt_len[mine], requests.output_len[mine],
+                lambda b, kv: costmodel.roofline_s(model, gpu, b, b, kv + b, kv) + overhead_s)
             finish[mine] = f
     steps = requests.output_len - 1
     with np.errstate(invalid="ignore", divide="ignore"):

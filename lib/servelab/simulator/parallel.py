@@ -18,6 +18,7 @@ from servelab.analytic import costmodel, parallelism
 from servelab.analytic.costmodel import DEFAULT_STEP_OVERHEAD_S, GPUSpec, ModelSpec
 from servelab.analytic.specs import DEFAULT_LINK_LATENCY_S, NVLINK_H100, LinkSpec
 from servelab.simulator.arrivals import Requests, _is_int
+from servelab.simulator.decode_pool import decode_pool
 
 __all__ = ["TPResult", "simulate_tp_decode"]
 
@@ -57,24 +58,10 @@ def simulate_tp_decode(requests: Requests, model: ModelSpec, gpu: GPUSpec, *, tp
     graph_extra = parallelism.launch_overhead_s(model, mode, tp) if sizes else 0.0
     eager_extra = parallelism.launch_overhead_s(model, "eager", tp)
     arrive, prompt, output = requests.arrival_s, requests.prompt_len, requests.output_len
-    finish = np.where(output <= 1, arrive, np.nan)
-    order = np.flatnonzero(output > 1)
-    ctx = np.empty(0, dtype=np.int64)
-    left = np.empty(0, dtype=np.int64)
-    who = np.empty(0, dtype=np.int64)
-    now, k, peak, busy, weighted, eager = 0.0, 0, 0, 0.0, 0.0, 0
-    while k < order.size or who.size:
-        if not who.size and arrive[order[k]] > now:
-            now = arrive[order[k]]
-        j = k
-        while j < order.size and arrive[order[j]] <= now:
-            j += 1
-        new = order[k:j]
-        k = j
-        ctx = np.concatenate([ctx, prompt[new]])
-        left = np.concatenate([left, output[new] - 1])
-        who = np.concatenate([who, new])
-        b, total = who.size, int(ctx.sum())
+    eager = 0
+
+    def step_s(b: int, kv: int) -> float:
+        nonlocal eager
         rows, extra = b, 0.0
         if sizes is not None:
             padded = parallelism._pad(b, sizes)
@@ -83,21 +70,11 @@ def simulate_tp_decode(requests: Requests, model: ModelSpec, gpu: GPUSpec, *, tp
             else:
                 rows, extra = padded, graph_extra
         # padding rows: decodes of an empty context, as `parallelism.graph_step` prices them
-        step = (costmodel.roofline_s(shard, gpu, rows, rows, total + rows, total)
+        return (costmodel.roofline_s(shard, gpu, rows, rows, kv + rows, kv)
                 + parallelism._comm_s(model, rows, tp, link.bandwidth, latency_s) + overhead_s + extra)
-        peak = max(peak, total + b)
-        busy += step
-        weighted += step * b
-        now += step
-        ctx += 1
-        left -= 1
-        gone = left == 0
-        if gone.any():
-            finish[who[gone]] = now
-            keep = ~gone
-            ctx, left, who = ctx[keep], left[keep], who[keep]
+
+    finish, peak, running = decode_pool(arrive, prompt, output, step_s)
     steps = output - 1
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(steps > 0, (finish - arrive) / np.maximum(steps, 1), np.nan)
-    return TPResult(tpot=tpot, finish_s=finish, mean_running=weighted / busy if busy else 0.0, peak_kv_tokens=peak,
-                    eager_steps=eager)
+    return TPResult(tpot=tpot, finish_s=finish, mean_running=running, peak_kv_tokens=peak, eager_steps=eager)
