@@ -282,16 +282,6 @@ def bench_make_test(timeout_s: float) -> list[Row]:
 
 
 # report ------------------------------------------------------------------------------------------------
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _nproc() -> str:
     try:
         return subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
@@ -336,7 +326,7 @@ def write_results(rows: list[Row], args: argparse.Namespace, started: dt.datetim
         "Written by `make bench` (`scripts/bench.py`); targets are goals, nothing fails on them.",
         "",
         f"- date: {when}",
-        f"- machine: nproc {_nproc()}, CPU {_cpu_model()}, {platform.system()} {platform.machine()}",
+        f"- machine: nproc {_nproc()}, CPU {results_md.cpu_model()}, {platform.system()} {platform.machine()}",
         f"- python: {platform.python_version()} ({results_md.shown(sys.executable)})",
         f"- scope: {scope}",
         "",

@@ -111,24 +111,12 @@ def timed(fn):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
-
-
 def table(runs: dict[str, tuple[float, float]], useful: int, computed: dict[str, int]) -> list[str]:
     base = runs["transformers"][0]
     lines = ["| way | useful tokens/s (wall) | wall | CPU | tokens computed | vs transformers |",
              "|---|---:|---:|---:|---:|---:|"]
-    names = {"engine": "engine: continuous batching, paged KV, max 16 running",
-             "transformers": "transformers `generate()`: static batches of 16, left-padded"}
+    names = {"engine": f"engine: continuous batching, paged KV, max {BATCH} running",
+             "transformers": f"transformers `generate()`: static batches of {BATCH}, left-padded"}
     for key, (wall, cpu) in runs.items():
         lines.append(f"| {names[key]} | {useful / wall:,.0f} | {wall:.2f} s | {cpu:.2f} s | {computed[key]:,} | "
                      f"{base / wall:.2f}x |")
@@ -172,8 +160,9 @@ def main(argv=None) -> int:
             f"max_tokens={MAX_TOKENS})`): prompts of {min(prompt_lens)}-{max(prompt_lens)} tokens, {shared} opening "
             f"with the shared system prompt; {min(n for _, n in requests)}-{max(n for _, n in requests)} greedy "
             f"tokens each, {useful:,} in all: the useful tokens, which tokens/s counts")
-    machine = (f"CPU {cpu_model()}, nproc {os.cpu_count()}, {torch.get_num_threads()} torch threads, load average "
-               f"{load:.2f} at the start; torch {torch.__version__}, transformers {_transformers_version()}")
+    machine = (f"CPU {results_md.cpu_model()}, nproc {os.cpu_count()}, {torch.get_num_threads()} torch threads, "
+               f"load average {load:.2f} at the start; torch {torch.__version__}, "
+               f"transformers {_transformers_version()}")
     model_line = f"model: {results_md.shown(args.checkpoint)} in float32"
     verdict = (f"outputs: the engine equals transformers on {len(requests) - differ} of {len(requests)} requests"
                + (f"; of the {differ} that differ, {padding} equal transformers run alone (no padding): a padding "

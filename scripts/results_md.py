@@ -3,6 +3,7 @@ at a marker comment of its own. `record` puts one script's section in and keeps 
 
 from __future__ import annotations
 
+import platform
 import re
 from pathlib import Path
 
@@ -10,6 +11,17 @@ RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results.md"
 # any section marker: a script's (`<!-- name: scripts/x.py -->`) or a hand-written section's (`<!-- simulator
 # profile: by hand -->`): a section runs to the next one, so none of them is swallowed by the one before
 SECTION_MARK = re.compile(r"^<!-- [\w. -]+: [\w./ -]+ -->$", re.M)
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as a record names the machine (/proc/cpuinfo; elsewhere what platform knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def shown(path) -> str:
