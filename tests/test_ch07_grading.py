@@ -175,16 +175,6 @@ def test_the_notebook_shows_the_recorded_engine_against_transformers(tmp_path):
     assert "| engine: continuous batching" in shown and "- date: " in shown and not shown.startswith("#")
 
 
-def test_the_recorded_speed_reads_the_engine_section_of_the_bench_results(tmp_path):
-    path = tmp_path / "results.md"
-    assert "run `make bench`" in llm.recorded_speed(path)
-    path.write_text("# x\n\n" + llm.BENCH_MARK + "\n\n## engine\n\n- date: 2026-12-01 18:39 UTC; tiny\n\n"
-                    "| way | generated tokens/s (wall) | wall | CPU | vs plain loop |\n|---|---:|---:|---:|---:|\n"
-                    "| engine | 903 | 0.57 s | 1.12 s | 1.76x |\n| plain loop | 514 | 1.00 s | 1.97 s | 1.00x |\n")
-    text = llm.recorded_speed(path)
-    assert "(2026-12-01 18:39 UTC)" in text and "| engine | 903 | 1.76x |" in text and "0.57 s" not in text
-
-
 def test_the_grading_library_has_no_piece_of_the_engine_to_call(tmp_path):
     """In the sandbox the engine's reference pieces and the library's stores and paged attentions raise; what the
     notebook gives the learner still works."""

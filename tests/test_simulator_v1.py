@@ -270,7 +270,6 @@ def test_each_bench_script_keeps_the_other_sections_of_results_md(tmp_path, monk
     text = path.read_text()
     assert text.index("# Benchmark") < text.index(ours.MARK) < text.index(llm.BENCH_MARK)
     assert between(text, llm.BENCH_MARK) == engine_part
-    assert "| engine | 903 |" in llm.recorded_speed(path) and "| 20 |" not in llm.recorded_speed(path)
     ours.main(["--requests", "30", "--write"])                 # replaced in place
     text = path.read_text()
     assert text.count(ours.MARK) == 1 and "| 30 |" in text and "| 20 |" not in text

@@ -16,7 +16,6 @@ docs/engine.md.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -420,22 +419,6 @@ def serve(engine: LLM, requests: list[tuple[int, list[int], SamplingParams]]) ->
 BENCH_RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results.md"   # lib/servelab/engine/ -> the repository
 BENCH_MARK = "<!-- engine: scripts/bench_engine.py -->"   # where `make bench` writes the engine's section
 HF_BENCH_MARK = "<!-- engine-vs-transformers: scripts/bench_hf.py -->"   # and the engine against transformers
-
-
-def recorded_speed(path: Path = BENCH_RESULTS) -> str:
-    """The engine's tokens/s as `make bench` last recorded them (markdown: the run's line, then way, tokens/s and
-    the ratio to the plain loop), or a line saying none is recorded."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if BENCH_MARK not in text:
-        return f"No engine figures are recorded in {path.name} yet: run `make bench`."
-    section = text.split(BENCH_MARK, 1)[1].split("\n<!-- ", 1)[0]    # up to the next script's section
-    date = re.search(r"^- date: ([^;\n]*)", section, re.M)
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith("| way")]
-    table = ["| way | generated tokens/s | vs plain loop |", "|---|---:|---:|"]
-    table += [f"| {r[0]} | {r[1]} | {r[-1]} |" for r in rows if len(r) >= 3]
-    return (f"Recorded by `make bench` ({date.group(1) if date else 'undated'}):\n\n" if date or rows else "") + \
-        "\n".join(table)
 
 
 def recorded_vs_transformers(path: Path = BENCH_RESULTS) -> str:
