@@ -5,7 +5,8 @@
     python scripts/bench_peers.py --write                       # record the table in bench/results.md (make bench)
 
 The parts (each also a script of its own):
-- scripts/peers_radix.py: RadixCache on four workloads at page size 1 and 16, and evict(1) on 100k leaves,
+- scripts/peers_radix.py: RadixCache on four workloads at page size 1 and 16 (keys as array('q'), the form SGLang's
+  requests hold, against the goal; keys as tuples, chapter 04's form, beside it), and evict(1) on 100k leaves,
   against SGLang 0.5.23's own `radix_cache.py`, read from its PyPI wheel at run time (`--sglang WHEEL`, or the
   wheel `pip download --no-deps sglang==0.5.23` puts in ~/.cache/servelab-peers; nothing of it enters the
   repository); goal 3x;
@@ -55,19 +56,20 @@ def rows(args) -> tuple[list[tuple[str, dict]], list[str]]:
 
 
 def table(measured: list[tuple[str, dict]]) -> list[str]:
-    lines = ["| part | workload | servelab | peer | servelab / peer | goal | agree |",
-             "|---|---|---:|---:|---:|---|---|"]
+    lines = ["| part | workload | servelab | servelab, tuple keys | peer | servelab / peer | goal | agree |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
     for part, r in measured:
         unit, scale = ("ms", 1e3) if "per call" in r["workload"] else ("s", 1.0)
         peer = f"{r['peer_s'] * scale:.3f} {unit}" if r["peer_s"] is not None else "-"
+        tuples = f"{r['tuples_s'] * scale:.3f} {unit}" if r.get("tuples_s") is not None else "-"
         if r["ratio"] is None:
             ratio, goal = "-", f">= {GOALS[part]:g}x"
         else:
             met = "met" if r["ratio"] >= GOALS[part] else "NOT met"
             ratio, goal = f"{r['ratio']:.2f}x", f">= {GOALS[part]:g}x: {met}"
         agree = {True: "yes", False: "**NO**", None: "-"}[r["agree"]]
-        lines.append(f"| {part} | {r['workload']} | {r['servelab_s'] * scale:.3f} {unit} | {peer} | {ratio} | "
-                     f"{goal} | {agree} |")
+        lines.append(f"| {part} | {r['workload']} | {r['servelab_s'] * scale:.3f} {unit} | {tuples} | {peer} | "
+                     f"{ratio} | {goal} | {agree} |")
     return lines
 
 

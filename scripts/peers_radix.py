@@ -16,10 +16,13 @@ request evicts down to a capacity):
   W3  random short keys over a vocabulary of 4 token ids (heavy splitting),
   W4  one shared 16,000-token prompt + 300 private suffixes of 50-500 tokens (a long system prompt or document),
 and a row for evict(1) on a tree of 100k leaves (ms per call).
-Each side gets its inputs in its own form, built before the clock starts: servelab tuples of ints (what its tree
-keeps), SGLang array('q') token ids (what its Req holds) and int64 tensors of KV indices (a req_to_token row); the
-RadixKey and the request objects (MatchPrefixParams, ...) are built inside the timed loop, as SGLang's callers do.
-Repetitions alternate servelab / SGLang; each figure is the median CPU time (time.process_time).
+Each side gets its inputs in its own form, built before the clock starts. servelab runs twice: on array('q') token
+ids and KV indices (the figure against the goal: the form SGLang's Req holds too, which servelab compares as bytes,
+and gets the matched and the evicted indices back in)
+and on tuples of ints (chapter 04's form, compared as tuples: shown beside it). SGLang gets array('q') token ids and
+int64 tensors of KV indices (a req_to_token row); the RadixKey and the request objects (MatchPrefixParams, ...) are
+built inside the timed loop, as SGLang's callers do. Repetitions alternate servelab (arrays) / servelab (tuples) /
+SGLang; each figure is the median CPU time (time.process_time).
 Agreement: matched lengths, inserted prefix lengths, evicted counts and KV indices in order, and the sizes after
 every eviction and at the end must be equal; a difference is printed loudly.
 """
@@ -101,22 +104,28 @@ def with_values(keys: list) -> list[tuple[tuple, tuple]]:
     return out
 
 
+def as_arrays(requests) -> list[tuple[array, array]]:
+    """The same requests with key and KV indices as array('q'): servelab's bulk form (and SGLang's token ids)."""
+    return [(array("q", key), array("q", value)) for key, value in requests]
+
+
 # ------------------------------------------------------------------------------------------------
 # the servelab side
 
 
 def run_servelab(requests, page_size: int, capacity: int) -> tuple[float, dict]:
     cache = RadixCache(page_size=page_size)
+    bulk = bool(requests) and type(requests[0][0]) is array   # then the freed indices come back as array('q') too
     matched, inserted, evicted, sizes = [], [], [], []
     start = time.process_time()
     for i, (key, value) in enumerate(requests):
-        indices, node = cache.match_prefix(key)
+        indices, node = cache.match_prefix(key)   # an array key gets array('q') indices, a tuple key a list
         matched.append(len(indices))
         cache.inc_lock_ref(node)
         inserted.append(cache.insert(key, value))
         cache.dec_lock_ref(node)
         if i % 8 == 7:
-            freed = cache.evict(max(0, cache.evictable_size() + cache.protected_size() - capacity))
+            freed = cache.evict(max(0, cache.evictable_size() + cache.protected_size() - capacity), as_array=bulk)
             evicted.append(freed)
             sizes.append((cache.evictable_size(), cache.protected_size()))
     seconds = time.process_time() - start
@@ -327,17 +336,24 @@ def measure(peer: str | None, repeats: int = 5, quick: bool = False, fetch: bool
         for ps in (1, 16):
             keys, capacity = make(random.Random(17 * ps + len(name)), ps)
             requests = with_values(keys)
+            arrays = as_arrays(requests)
             inputs = sglang_inputs(torch, requests) if radix else None
-            ours, theirs, ok, why = [], [], None, note
-            for _ in range(repeats):
-                s, res = run_servelab(requests, ps, capacity)
+            ours, tuples, theirs, ok, why = [], [], [], None, note
+            for rep in range(repeats):
+                s, res = run_servelab(arrays, ps, capacity)
                 ours.append(s)
+                s, res_tuples = run_servelab(requests, ps, capacity)
+                tuples.append(s)
                 if radix:
                     t, res_peer = run_sglang(radix, inputs, ps, capacity)
                     theirs.append(t)
-                    if ok is None:
+                if rep == 0:   # the two forms must build the same tree, and agree with SGLang
+                    forms_ok, forms_why = agree(res, res_tuples)
+                    if not forms_ok:
+                        ok, why = False, f"servelab's arrays and tuples {forms_why}"
+                    elif radix:
                         ok, why = agree(res, res_peer)
-            rows.append(_row(f"{name} (page {ps}, {len(requests)} requests)", ours, theirs, ok, why))
+            rows.append(_row(f"{name} (page {ps}, {len(requests)} requests)", ours, theirs, ok, why, tuples))
     n_leaves, calls = (2000, 20) if quick else (100_000, 5)
     ours, theirs, ok, why = [], [], None, note
     for _ in range(repeats):
@@ -352,11 +368,11 @@ def measure(peer: str | None, repeats: int = 5, quick: bool = False, fetch: bool
     return rows
 
 
-def _row(workload, ours, theirs, ok, note) -> dict:
+def _row(workload, ours, theirs, ok, note, tuples=None) -> dict:
     s = statistics.median(ours)
     t = statistics.median(theirs) if theirs else None
     return {"workload": workload, "servelab_s": s, "peer_s": t, "ratio": t / s if t and s else None,
-            "agree": ok, "note": note}
+            "agree": ok, "note": note, "tuples_s": statistics.median(tuples) if tuples else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,14 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small workloads (a few seconds)")
     args = parser.parse_args(argv)
     rows = measure(args.peer, args.repeats, args.quick, fetch=not args.no_download)
-    print(f"{'workload':<58} {'servelab':>11} {'SGLang ' + SGLANG_VERSION:>13} {'x faster':>9}  agree")
+    print(f"{'workload':<58} {'servelab':>11} {'(tuples)':>11} {'SGLang ' + SGLANG_VERSION:>13} {'x faster':>9}  agree")
     failed = False
     for r in rows:
         ms = r["workload"].startswith("evict(1)")
         unit, k = ("ms", 1e3) if ms else ("s", 1)
         peer = f"{r['peer_s'] * k:.3f} {unit}" if r["peer_s"] is not None else "-"
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
-        print(f"{r['workload']:<58} {r['servelab_s'] * k:>8.3f} {unit:<2} {peer:>13} {ratio:>9}  {r['agree']}"
+        tuples = f"{r['tuples_s'] * k:.3f} {unit}" if r.get("tuples_s") is not None else "-"
+        print(f"{r['workload']:<58} {r['servelab_s'] * k:>8.3f} {unit:<2} {tuples:>11} {peer:>13} {ratio:>9}  "
+              f"{r['agree']}"
               + (f"  {r['note']}" if r["note"] else ""))
         if r["agree"] is False:
             failed = True

@@ -13,6 +13,7 @@ here in-process, through the same requests, plain-data answers and verdicts a sa
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
@@ -55,9 +56,16 @@ def test_the_table_grades_every_test_cell_and_names_real_cells():
     assert set(CHAPTER.demos) <= ids and set(CHAPTER.setup) <= ids and not set(CHAPTER.demos) & set(tests)
     for ref in CHAPTER.references:
         module, name = ref.split(":")
-        cls, method = name.split(".")
-        assert module == "servelab.schedulers.radix_cache" and cls == "RadixCache"
-        assert callable(getattr(RadixCache, method))
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        assert module.startswith("servelab.schedulers.radix_") and callable(obj), ref
+    # every path that computes an exercise's answer is hidden: the array-key walks do match_prefix's and insert's
+    hidden = {ref.split(":")[1] for ref in CHAPTER.references}
+    assert {f"RadixCache.{m}" for m in ch04.EXERCISES} <= hidden
+    assert {f"PackedKeys.{m}" for m in ("_match_bulk", "_insert_bulk", "_split_packed")} <= hidden
+    assert {"_common_len", "_cut_edge"} <= hidden
+    assert all(callable(getattr(RadixCache, m)) for m in ("_match_bulk", "_insert_bulk", "_split_packed"))
 
 
 def test_the_figures_the_markdown_quotes_are_in_the_saved_outputs():
@@ -259,11 +267,15 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
         sys.path[:0] = [{str(lib.parent)!r}, {str(ROOT / "autograder")!r}]
         import servelab.schedulers.radix_cache as r
         blocked = []
-        for name in ("child_key", "_match_len", "_split_node", "match_prefix", "insert"):
+        for name in ("child_key", "_match_len", "_split_node", "match_prefix", "insert", "_match_bulk"):
             try:
                 getattr(r.RadixCache, name)(r.RadixCache(), (1, 2), (3, 4))
             except RuntimeError as e:
                 blocked.append(str(e))
+        try:
+            r._common_len((1, 2), (1, 2), 0)
+        except RuntimeError as e:
+            blocked.append(str(e))
         from servelab_autograder.exercises import probe
         ns = {{}}
         exec({CHAPTER.prelude!r}, ns)
@@ -274,7 +286,7 @@ def test_in_a_library_without_the_references_the_drivers_still_grade(tmp_path):
     """)
     done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True)
     out = json.loads(done.stdout.splitlines()[-1])   # the last line: the setup cells print too (the drills)
-    assert len(out["blocked"]) == 5 and all("not available while grading" in b for b in out["blocked"])
+    assert len(out["blocked"]) == 7 and all("not available while grading" in b for b in out["blocked"])
     for cell in cells:
         v = verdicts.judge(CHAPTER, cell, 7, out["replies"][cell], PITFALLS)
         assert v.passed, (cell, v.message)

@@ -23,9 +23,11 @@ def test_measure_without_a_peer_gives_servelab_alone():
     rows = bench.measure(None, repeats=1, quick=True)
     assert len(rows) == 9
     for r in rows:
-        assert set(r) == {"workload", "servelab_s", "peer_s", "ratio", "agree", "note"}
+        assert set(r) == {"workload", "servelab_s", "peer_s", "ratio", "agree", "note", "tuples_s"}
         assert r["servelab_s"] >= 0 and r["peer_s"] is None and r["ratio"] is None and r["agree"] is None
         assert "no peer" in r["note"]
+        # the W rows time the tuple form beside the array form; evict(1) has no key to give in either
+        assert (r["tuples_s"] is None) == r["workload"].startswith("evict") and (r["tuples_s"] or 0) >= 0
     assert [r["workload"][:2] for r in rows] == ["W1", "W1", "W2", "W2", "W3", "W3", "W4", "W4", "ev"]
 
 
@@ -39,6 +41,8 @@ def test_agreement_compares_every_result():
     _, ours = bench.run_servelab(requests, 1, 200)
     _, again = bench.run_servelab(requests, 1, 200)
     assert bench.agree(ours, again) == (True, "")
+    _, arrays = bench.run_servelab(bench.as_arrays(requests), 1, 200)   # the bulk form builds the same tree
+    assert bench.agree(ours, arrays) == (True, "")
     assert len(ours["evicted counts"]) == len(requests) // 8 and sum(ours["evicted counts"]) > 0
     for field in ours:
         other = {k: list(v) for k, v in ours.items()}

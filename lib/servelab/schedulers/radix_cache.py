@@ -22,59 +22,19 @@ differences (none changes what the tree holds or evicts): docs/upstream/sglang_r
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+import struct
+from array import array
+from collections.abc import Callable, Iterable
 from typing import Protocol
+
+from servelab.schedulers.radix_nodes import NodeView, PackedNode, TreeNode, _as_key, _ints, _show, _size, _values
+from servelab.schedulers.radix_packed import PackedKeys
 
 
 class KVAllocator(Protocol):
     """Anything with SGLang's `token_to_kv_pool_allocator.free(indices)`."""
 
     def free(self, indices: list[int]) -> None: ...
-
-
-@dataclass(eq=False)  # identity equality: nodes are handles, and they sit in sets and heaps
-class TreeNode:
-    """One edge of the tree and the node it leads to.
-
-    `key` holds the tokens on the edge into this node, `value` one KV index per token. `children` maps a child
-    key (the child's first token at page size 1, the tuple of its first page's tokens otherwise) to the child.
-    `lock_ref` counts the running requests whose prefix runs through this node; the root keeps 1 for ever.
-    """
-
-    key: tuple[int, ...] = ()
-    value: tuple[int, ...] = ()
-    parent: TreeNode | None = None
-    children: dict = field(default_factory=dict)
-    lock_ref: int = 0
-    last_access_time: int = 0
-    creation_time: int = 0
-    hit_count: int = 0  # LFU: inserts through this node (matches do not count, as in SGLang 0.5.23)
-    id: int = 0
-
-    def __repr__(self):
-        return (f"TreeNode(id={self.id}, key={_show(self.key)}, value={_show(self.value)}, "
-                f"lock_ref={self.lock_ref}, last_access_time={self.last_access_time})")
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One node of `RadixCache.snapshot()`: what the node held when the snapshot was taken."""
-
-    depth: int                  # 0 for the root
-    key: tuple[int, ...]
-    value: tuple[int, ...]
-    lock_ref: int
-    last_access_time: int
-    hit_count: int
-    id: int
-    num_children: int
-    evictable_leaf: bool        # unlocked and without children: what evict() may take first
-
-
-def _show(tokens: Sequence[int], limit: int = 10) -> str:
-    head = ", ".join(map(str, tokens[:limit]))
-    return f"[{head}{', ...' if len(tokens) > limit else ''}]"
 
 
 # Eviction priorities: the smallest is evicted first (SGLang's evict_policy.py). The node id is NOT part of the
@@ -169,7 +129,7 @@ class EvictableLeaves(set):
         heapq.heapify(self.heap)
 
 
-class RadixCache:
+class RadixCache(PackedKeys):
     """The radix tree over KV indices, with SGLang's method names and behaviour.
 
     page_size: tokens per KV page. Keys are cut to whole pages, edges always hold whole pages, and a child is
@@ -177,6 +137,13 @@ class RadixCache:
     disable: SGLang's `--disable-radix-cache`: match finds nothing, insert stores nothing, evict frees nothing.
     eviction_policy: "lru" (last access time) or "lfu" (insert count, then last access time).
     token_to_kv_pool_allocator: if given, `evict` hands each evicted node's indices to its `free` (as SGLang does).
+
+    Keys are sequences of ints (tuples, lists). A key given as `array('q')`, the form SGLang's requests hold their
+    token ids in, is compared in bulk: each edge's int64 bytes (packed once per edge) against the key's own bytes,
+    read in place, one memcmp per edge instead of one comparison per token. The nodes such a key adds keep their
+    key and value as bytes until something reads them (`PackedNode`). `match_prefix` then returns its indices as an
+    `array('q')` (SGLang returns a tensor), and `evict(n, as_array=True)` gives the freed ones so too. The tree, the
+    clock, the locks and every length are the same either way.
 
     >>> cache = RadixCache(page_size=2)
     >>> cache.insert([1, 2, 3, 4, 5], [10, 11, 12, 13, 14])   # the partial last page is not stored
@@ -202,6 +169,9 @@ class RadixCache:
         self._next_id = 0
         self._compared_key, self._compared = None, {}   # _match_len's answers for the last key
         self._aligned_from = self._aligned = None       # _page_aligned's last key and its whole pages
+        # the bulk path compares bytes itself: only where child_key and _match_len are these (not a learner's)
+        self._bulk = type(self).child_key is RadixCache.child_key and type(self)._match_len is RadixCache._match_len
+        self._page = struct.Struct(f"={page_size}q")   # one page of int64 tokens, as array('q') holds them
         self.reset()
 
     # ---- clock, keys -------------------------------------------------------------------------------------
@@ -210,10 +180,10 @@ class RadixCache:
         self.clock += 1
         return self.clock
 
-    def _new_node(self, **fields) -> TreeNode:
+    def _new_node(self, cls: type[TreeNode] = TreeNode, **fields) -> TreeNode:
         now = self._tick()  # like SGLang's constructor reading time.monotonic(): later than the call's access time
         self._next_id += 1
-        return TreeNode(last_access_time=now, creation_time=now, id=self._next_id, **fields)
+        return cls(last_access_time=now, creation_time=now, id=self._next_id, **fields)
 
     def child_key(self, key: tuple[int, ...], offset: int = 0):
         """The dict key under which the edge starting at key[offset] hangs: a token, or a page as a tuple."""
@@ -278,6 +248,8 @@ class RadixCache:
         >>> indices, node.key, node.children[3].key       # split: [1, 2] above, the old node keeps [3, 4]
         ([10, 11], (1, 2), (3, 4))
         """
+        if type(key) is array:
+            return self._match_bulk(key)
         key = self._page_aligned(_as_key(key))
         if self.disable or not key:
             return [], self.root_node
@@ -319,6 +291,8 @@ class RadixCache:
         >>> cache.match_prefix([1, 2, 3, 4])[0]
         [10, 11, 12, 23]
         """
+        if type(key) is array:
+            return self._insert_bulk(key, value, inserted_len)
         key, value = _as_key(key), _as_key(value)
         if len(value) != len(key):
             raise ValueError(f"value must hold one KV index per token: {len(key)} tokens, {len(value)} indices")
@@ -377,9 +351,10 @@ class RadixCache:
         delta = 0
         while node is not self.root_node:
             if node.lock_ref == 0:
-                self.evictable_size_ -= len(node.key)
-                self.protected_size_ += len(node.key)
-                delta -= len(node.key)
+                n = _size(node) if type(node) is PackedNode else len(node.key)
+                self.evictable_size_ -= n
+                self.protected_size_ += n
+                delta -= n
             node.lock_ref += 1
             self._update_leaf_status(node)
             node = node.parent
@@ -398,20 +373,23 @@ class RadixCache:
         delta = 0
         while node is not self.root_node:
             if node.lock_ref == 1:
-                self.evictable_size_ += len(node.key)
-                self.protected_size_ -= len(node.key)
-                delta += len(node.key)
+                n = _size(node) if type(node) is PackedNode else len(node.key)
+                self.evictable_size_ += n
+                self.protected_size_ -= n
+                delta += n
             node.lock_ref -= 1
             self._update_leaf_status(node)
             node = node.parent
         return delta
 
-    def evict(self, num_tokens: int) -> list[int]:
+    def evict(self, num_tokens: int, *, as_array: bool = False) -> list[int] | array:
         """Free at least `num_tokens` tokens if that many are evictable; return the freed KV indices in order.
 
         Whole unlocked leaves go, smallest policy priority first (LRU: oldest access). A parent left without
         children and unlocked joins the heap with its own priority, so internal nodes are evicted in the same
         call, but only after any older leaf. Whole nodes only: evict(1) on a 5-token leaf frees 5.
+        as_array: return the indices as an array('q') (the form of a tree fed array('q') keys, which then never
+        makes a Python int per freed index; the allocator, if any, still gets a list per node).
 
         >>> cache = RadixCache()
         >>> cache.insert([1, 2, 3], [10, 11, 12]), cache.insert([1, 2, 4], [20, 21, 22])
@@ -422,17 +400,24 @@ class RadixCache:
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
             raise ValueError(f"num_tokens must be an int >= 0, got {num_tokens!r}")
         if self.disable:
-            return []
+            return array("q") if as_array else []
         # SGLang heapifies all evictable leaves here on every call; the heap of EvictableLeaves persists instead,
         # and a parent that _delete_leaf leaves childless and unlocked joins it (the root's lock_ref 1 keeps it out)
-        freed: list[int] = []
+        allocator = self.token_to_kv_pool_allocator
+        freed: list[int] | array = array("q") if as_array else []
         while len(freed) < num_tokens:
             x = self.evictable_leaves.pop_min()
             if x is None:
                 break
-            if self.token_to_kv_pool_allocator is not None:
-                self.token_to_kv_pool_allocator.free(list(x.value))
-            freed.extend(x.value)
+            if type(x) is PackedNode and x._value is None:   # int64 bytes alone: no tuple for a node about to go
+                if as_array:
+                    freed.frombytes(x.value_bytes[1])
+                else:
+                    freed.extend(_values(x))
+            else:
+                freed.extend(x.value)
+            if allocator is not None:
+                allocator.free(_values(x))
             self._delete_leaf(x)
         return freed
 
@@ -450,7 +435,9 @@ class RadixCache:
         stack = [self.root_node]
         while stack:
             node = stack.pop()
-            total += len(node.value)
+            # the indices held (len(node.value)), read from a packed node's bytes while it has no value tuple
+            total += len(node.value_bytes[1]) >> 3 if type(node) is PackedNode and node._value is None else len(
+                node.value)
             stack.extend(node.children.values())
         return total
 
@@ -517,6 +504,8 @@ class RadixCache:
         of their prefix) stay valid. The new node copies lock_ref: every lock through the child also runs
         through the upper part, and unlocking walks through it. Sizes do not change.
         """
+        if type(child) is PackedNode:
+            return self._split_packed(child, split_len)
         upper = self._new_node(key=child.key[:split_len], value=child.value[:split_len], parent=child.parent,
                                lock_ref=child.lock_ref, hit_count=child.hit_count)
         # same child key as before (the first page is unchanged), so the parent's dict keeps its order
@@ -529,8 +518,8 @@ class RadixCache:
 
     def _delete_leaf(self, node: TreeNode) -> None:
         parent = node.parent
-        del parent.children[self.child_key(node.key)]
-        self.evictable_size_ -= len(node.key)
+        del parent.children[self._first_page(node) if type(node) is PackedNode else self.child_key(node.key)]
+        self.evictable_size_ -= _size(node)
         self.evictable_leaves.discard(node)
         node.parent = None  # detached: a stale handle to it is refused by inc/dec_lock_ref
         self._update_leaf_status(parent)
@@ -564,24 +553,3 @@ def _common_len(edge: tuple[int, ...], key: tuple[int, ...], offset: int) -> int
         else:
             hi = mid
     return lo
-
-
-def _as_key(tokens: Iterable[int]) -> tuple[int, ...]:
-    """The tokens as a tuple to walk the tree with: a tuple, list or range as it is (matching compares and hashes
-    them, so a numpy integer finds the int it equals), anything else (a numpy array, an iterator) through int().
-    What the tree keeps goes through `_ints` first."""
-    if type(tokens) is tuple or type(tokens) is list or type(tokens) is range:
-        return tuple(tokens)
-    return tuple(map(int, tokens))
-
-
-def _ints(part: tuple) -> tuple[int, ...]:
-    """`tuple(map(int, part))`, the form the tree stores keys and values in, without the copy when `part` holds
-    Python ints already: `type(sum(part)) is int` says so in one C loop (a float, a str or a numpy scalar makes
-    the sum something else or raises). Bad tokens raise as int() does."""
-    try:
-        if type(sum(part)) is int:
-            return part
-    except TypeError:
-        pass
-    return tuple(map(int, part))

@@ -134,7 +134,11 @@ CHAPTER = Chapter(
     prelude="import servelab.schedulers.radix_cache\n",
     demos=("setup_2", "setup_3", "setup_4", "setup_5", "setup_7"),
     setup=("setup_6", "setup_drills"),
-    references=tuple(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
+    # the five exercises, the walks that do their work for keys given as array('q'), and the comparisons
+    references=(*(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
+                *(f"servelab.schedulers.radix_packed:PackedKeys.{m}"
+                  for m in ("_match_bulk", "_insert_bulk", "_bulk_match_len", "_split_packed")),
+                "servelab.schedulers.radix_cache:_common_len", "servelab.schedulers.radix_nodes:_cut_edge"),
     exercises=(
         Exercise(S["child_key"], "test_child_key", fixed=ch04.child_key_cases, random=_child_key_random),
         Exercise(S["_match_len"], "test_match_len", fixed=ch04.match_len_cases, random=_match_len_random),
