@@ -79,12 +79,15 @@ check: setup
 # process of their own (the sandboxed grader, nbgrader, JupyterLab and Chromium, a grading that must time out)
 # and a worker that waits leaves its core to the others. --dist loadscope keeps each test module and each
 # notebook (its cells share one kernel, in order) on one worker; the autograde module then runs beside the rest.
+# --no-loadscope-reorder keeps the collection order, in which conftest.py puts the long modules first: started
+# last (xdist's default orders modules by their number of tests), one of them alone made the suite's tail.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # as root, the hub's course environment too: tests/test_hub.py runs a course on it (it skips without root)
 HUB_TEST_DEPS := $(if $(filter 0,$(shell id -u)),hub-deps,)
 test: setup browser-deps sandbox-deps $(HUB_TEST_DEPS)
 	@mkdir -p bench/out
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --junitxml=bench/out/pytest.xml $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+	  --junitxml=bench/out/pytest.xml $(PYTEST_ARGS)
 	@$(BIN)/python scripts/test_durations.py --top 8
 
 # Retrain the capstone's tiny model (lib/servelab/engine/checkpoints/tiny) from data/tiny_corpus.txt: about 8
