@@ -71,8 +71,8 @@ def _check_kept_outputs(nb_items) -> None:
                 item.cell.execution_count = 0
 
 
-# Seconds of `make test` (bench/results.md, the suite's time per module): each of these alone runs longer than a
-# tenth of the suite's wall time, so it must not be the last thing a worker starts.
+# The longest modules of `make test` (bench/results.md, the suite's time per module), longest first: one of them
+# started last keeps a worker busy after the others have run out of work.
 FIRST = ("tests/test_autograde.py", "tests/test_hub.py", "tests/test_autograde_resume.py", "tests/test_browser.py",
          "tests/test_variants.py", "tests/test_release.py")
 
