@@ -27,7 +27,17 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from servelab.schedulers.radix_nodes import NodeView, PackedNode, TreeNode, _as_key, _ints, _show, _size, _values
+from servelab.schedulers.radix_nodes import (
+    NodeView,
+    PackedNode,
+    TreeNode,
+    _as_key,
+    _common_len,
+    _ints,
+    _show,
+    _size,
+    _values,
+)
 from servelab.schedulers.radix_packed import PackedKeys
 
 
@@ -410,14 +420,16 @@ class RadixCache(PackedKeys):
             if x is None:
                 break
             if type(x) is PackedNode and x._value is None:   # int64 bytes alone: no tuple for a node about to go
+                indices = None if as_array and allocator is None else _values(x)
                 if as_array:
                     freed.frombytes(x.value_bytes[1])
                 else:
-                    freed.extend(_values(x))
+                    freed.extend(indices)
             else:
-                freed.extend(x.value)
+                indices = x.value
+                freed.extend(indices)
             if allocator is not None:
-                allocator.free(_values(x))
+                allocator.free(list(indices))
             self._delete_leaf(x)
         return freed
 
@@ -536,20 +548,3 @@ class RadixCache(PackedKeys):
             top = top.parent
         if top is not self.root_node:
             raise ValueError(f"node is not in this tree (evicted, or from before reset()): {node!r}")
-
-
-def _common_len(edge: tuple[int, ...], key: tuple[int, ...], offset: int) -> int:
-    """How many leading tokens of key[offset:] equal edge's, compared in slices (C speed), never token by token
-    in Python: the whole common length in one comparison (a full match, the usual case), otherwise bisection on
-    slice equality (log2 n comparisons of halving slices)."""
-    n = min(len(edge), len(key) - offset)
-    if key[offset:offset + n] == edge[:n]:   # a slice of a whole tuple is the tuple itself: no copy then
-        return n
-    lo, hi = 0, n   # the first lo tokens are equal; the first difference is before hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if key[offset + lo:offset + mid] == edge[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo

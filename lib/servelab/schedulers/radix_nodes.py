@@ -1,5 +1,5 @@
 """The nodes of the radix tree (`radix_cache.RadixCache`): TreeNode, its int64-bytes form PackedNode, the
-snapshot's NodeView, and the forms the tree keeps tokens in.
+snapshot's NodeView, the forms the tree keeps tokens in, and how an edge is compared with a key as tuples.
 
 A key given as array('q') (what SGLang's requests hold) is compared as bytes; the nodes it adds are PackedNodes,
 which hold key and value as int64 bytes and make the tuples only when read. The helpers here give an edge's
@@ -153,6 +153,23 @@ def _cut_edge(lower: PackedNode, upper: PackedNode, n: int) -> None:
     if key_bytes is not None:   # None: a key set to ints beyond int64, kept as tuples alone
         upper.key_bytes, lower.key_bytes = (None, key_bytes[:cut]), (None, key_bytes[cut:])
     upper.value_bytes, lower.value_bytes = (None, value_bytes[:cut]), (None, value_bytes[cut:])
+
+
+def _common_len(edge: tuple[int, ...], key: tuple[int, ...], offset: int) -> int:
+    """How many leading tokens of key[offset:] equal edge's, compared in slices (C speed), never token by token
+    in Python: the whole common length in one comparison (a full match, the usual case), otherwise bisection on
+    slice equality (log2 n comparisons of halving slices)."""
+    n = min(len(edge), len(key) - offset)
+    if key[offset:offset + n] == edge[:n]:   # a slice of a whole tuple is the tuple itself: no copy then
+        return n
+    lo, hi = 0, n   # the first lo tokens are equal; the first difference is before hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if key[offset + lo:offset + mid] == edge[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _as_key(tokens: Iterable[int]) -> tuple[int, ...]:

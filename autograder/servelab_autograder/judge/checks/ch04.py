@@ -138,7 +138,7 @@ CHAPTER = Chapter(
     references=(*(f"servelab.schedulers.radix_cache:RadixCache.{m}" for m in ch04.EXERCISES),
                 *(f"servelab.schedulers.radix_packed:PackedKeys.{m}"
                   for m in ("_match_bulk", "_insert_bulk", "_bulk_match_len", "_split_packed")),
-                "servelab.schedulers.radix_cache:_common_len", "servelab.schedulers.radix_nodes:_cut_edge"),
+                "servelab.schedulers.radix_nodes:_common_len", "servelab.schedulers.radix_nodes:_cut_edge"),
     exercises=(
         Exercise(S["child_key"], "test_child_key", fixed=ch04.child_key_cases, random=_child_key_random),
         Exercise(S["_match_len"], "test_match_len", fixed=ch04.match_len_cases, random=_match_len_random),
